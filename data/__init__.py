@@ -1,0 +1,1 @@
+"""routedvlm.data — samples, dataset adapters, scorers, the labels schema and the labelling job."""

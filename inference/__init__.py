@@ -1,0 +1,1 @@
+"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM, server."""

@@ -1,0 +1,1 @@
+"""Model backends: transformers (local checkpoints) and OpenAI-compatible HTTP servers."""

@@ -1,0 +1,1 @@
+"""routedvlm.training — train-router: fit, calibrate, evaluate against baselines, track and register."""

@@ -1,0 +1,1 @@
+"""The embedded toy world: a generated visual-reasoning task and a pair of tiny VLMs trained on it."""

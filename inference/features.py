@@ -1,0 +1,193 @@
+"""Cheap features, `feat__<stages>__<name>`, computed by the SAME code in the labeller and the runtime.
+
+Each feature is one function registered under its column name; `<stages>` says which strategy stages
+must have run (`prompt` = free). `compute_features(question, images, stages)` returns every feature whose
+stages are available. Stage outputs are any objects (or dicts) with `answer`, `token_logprobs` and
+`first_token_entropy`; image statistics use a 64-px thumbnail so they cost well under a millisecond.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Mapping, Sequence
+
+from routedvlm.router.strategies import feature_stages
+
+from .answers import answer_parsed, answers_agree, is_yes_no_question, option_letters
+
+FEATURES: dict[str, Callable[["FeatureContext"], float]] = {}
+_THUMB = 64
+
+
+def feature(name: str):
+    """Register a feature function under its column name (validated against the stage names)."""
+    feature_stages(name)
+
+    def register(fn):
+        FEATURES[name] = fn
+        return fn
+
+    return register
+
+
+def _get(obj: Any, key: str, default=None):
+    return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+
+
+@dataclass
+class FeatureContext:
+    """What features may look at: the prompt text, the images, and the outputs of stages that ran."""
+
+    question: str
+    images: Sequence[Any] = ()
+    stages: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def thumbs(self):
+        import numpy as np
+
+        out = []
+        for im in self.images:
+            t = im.convert("RGB")
+            t.thumbnail((_THUMB, _THUMB))
+            out.append(np.asarray(t, dtype=np.float32) / 255.0)
+        return out
+
+    def stage(self, name: str):
+        return self.stages[name]
+
+
+def _mean_over_images(ctx: FeatureContext, fn) -> float:
+    vals = [fn(a) for a in ctx.thumbs]
+    return float(sum(vals) / len(vals)) if vals else 0.0
+
+
+# ---- prompt features (free) ----
+@feature("feat__prompt__question_chars")
+def _q_chars(ctx):
+    return float(len(ctx.question))
+
+
+@feature("feat__prompt__question_words")
+def _q_words(ctx):
+    return float(len(ctx.question.split()))
+
+
+@feature("feat__prompt__question_digits")
+def _q_digits(ctx):
+    return float(sum(c.isdigit() for c in ctx.question))
+
+
+@feature("feat__prompt__option_count")
+def _options(ctx):
+    return float(len(option_letters(ctx.question)))
+
+
+@feature("feat__prompt__is_yes_no")
+def _yes_no(ctx):
+    return float(is_yes_no_question(ctx.question))
+
+
+@feature("feat__prompt__asks_number")
+def _asks_number(ctx):
+    pattern = r"\b(how many|how much|what is the (sum|total|value|number|product|difference))\b"
+    return float(bool(re.search(pattern, ctx.question, re.IGNORECASE)))
+
+
+@feature("feat__prompt__image_count")
+def _image_count(ctx):
+    return float(len(ctx.images))
+
+
+@feature("feat__prompt__image_megapixels")
+def _megapixels(ctx):
+    return float(sum(im.width * im.height for im in ctx.images) / 1e6)
+
+
+@feature("feat__prompt__image_aspect")
+def _aspect(ctx):
+    return float(ctx.images[0].width / max(ctx.images[0].height, 1)) if ctx.images else 0.0
+
+
+@feature("feat__prompt__image_gray_std")
+def _gray_std(ctx):
+    return _mean_over_images(ctx, lambda a: a.mean(axis=2).std())
+
+
+@feature("feat__prompt__image_edge_density")
+def _edges(ctx):
+    def density(a):
+        g = a.mean(axis=2)
+        if min(g.shape) < 2:
+            return 0.0
+        return (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
+
+    return _mean_over_images(ctx, density)
+
+
+@feature("feat__prompt__image_colorfulness")
+def _colorfulness(ctx):
+    def hasler(a):  # Hasler & Suesstrunk (2003)
+        rg = a[..., 0] - a[..., 1]
+        yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]
+        return math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean())
+
+    return _mean_over_images(ctx, hasler)
+
+
+@feature("feat__prompt__image_distinct_colors")
+def _distinct_colors(ctx):
+    import numpy as np
+
+    def distinct(a):
+        q = (a * 7.999).astype(np.int32)
+        return float(len(np.unique(q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2])))
+
+    return _mean_over_images(ctx, distinct)
+
+
+# ---- stage features: one set per answering stage ----
+def _stage_features(stage: str) -> None:
+    def logprobs(ctx):
+        return [float(x) for x in (_get(ctx.stage(stage), "token_logprobs") or [])]
+
+    feature(f"feat__{stage}__logprob_mean")(
+        lambda ctx: float(sum(logprobs(ctx)) / len(logprobs(ctx))) if logprobs(ctx) else 0.0
+    )
+    feature(f"feat__{stage}__logprob_min")(lambda ctx: float(min(logprobs(ctx), default=0.0)))
+    feature(f"feat__{stage}__first_token_entropy")(
+        lambda ctx: float(_get(ctx.stage(stage), "first_token_entropy") or 0.0)
+    )
+    feature(f"feat__{stage}__answer_tokens")(lambda ctx: float(len(logprobs(ctx))))
+    feature(f"feat__{stage}__answer_chars")(lambda ctx: float(len((_get(ctx.stage(stage), "answer") or "").strip())))
+    feature(f"feat__{stage}__parsed")(
+        lambda ctx: float(answer_parsed(_get(ctx.stage(stage), "answer") or "", ctx.question))
+    )
+
+
+_stage_features("large_direct")
+_stage_features("small_direct")
+
+
+@feature("feat__large_direct+small_direct__agree")
+def _agree(ctx):
+    large = _get(ctx.stage("large_direct"), "answer") or ""
+    small = _get(ctx.stage("small_direct"), "answer") or ""
+    return float(answers_agree(large, small, ctx.question))
+
+
+def feature_names(stages: Sequence[str] = ("prompt", "large_direct", "small_direct")) -> list[str]:
+    """Every registered feature computable when `stages` (plus `prompt`) have run, in registry order."""
+    have = {"prompt", *stages}
+    return [n for n in FEATURES if set(feature_stages(n)) <= have]
+
+
+def compute_features(
+    question: str, images: Sequence[Any] = (), stages: Mapping[str, Any] | None = None, names: Sequence[str] | None = None
+) -> dict[str, float]:
+    """Features for one sample: all whose stages are in `stages` (or exactly `names`)."""
+    ctx = FeatureContext(question=question, images=list(images), stages=dict(stages or {}))
+    wanted = list(names) if names is not None else feature_names(tuple(ctx.stages))
+    return {name: FEATURES[name](ctx) for name in wanted}

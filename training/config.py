@@ -1,0 +1,101 @@
+"""TrainConfig: every train-router flag as one validated dataclass field (the CLI is built from it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.router.strategies import parse_strategy
+
+MODES = ("cascade", "one-shot")
+DEFAULT_TARGET_ACCURACY = 0.98
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def _csv(value) -> list[str] | None:
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = [str(i).strip() for i in items if str(i).strip()]
+    return out or None
+
+
+@dataclass
+class TrainConfig:
+    """What train-router does; one field per flag (`target_accuracy` -> `--target-accuracy`)."""
+
+    data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
+    mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
+                   choices=MODES)
+    target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's accuracy "
+                                             f"on the calibration split (default {DEFAULT_TARGET_ACCURACY} when no "
+                                             "--max-latency-ms)")
+    max_latency_ms: float | None = _f(None, "mean realized latency budget in ms (instead of --target-accuracy)")
+    strategies: list[str] | None = _f(None, "comma-separated candidate strategy ids (default: every strategy in the labels)")
+    features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
+                                          "small_direct) or prefixes ending in '*' (default: what the mode allows, "
+                                          "without small_direct features)")
+    fallback: str | None = _f(None, "strategy used when no candidate reaches tau (default: large_reason if a "
+                                    "candidate, else the most accurate candidate)")
+    baseline_k: int = _f(64, "K of the fixed-K baselines (mutual verification, always-transfer); the nearest K "
+                             "in the labels is used")
+    register_as: str = _f("vlm-router", "registered model name in the MLflow model registry")
+    promote: bool = _f(False, "set the 'champion' alias even if the current champion is better")
+    no_register: bool = _f(False, "log the run to MLflow but do not register the model")
+    no_mlflow: bool = _f(False, "do not use MLflow at all (only write --output-dir)")
+    tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
+    experiment: str = _f("train-router", "MLflow experiment name")
+    output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")
+    calib_fraction: float = _f(0.2, "share of rows for the calibration split")
+    test_fraction: float = _f(0.2, "share of rows for the test split")
+    num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
+    num_leaves: int = _f(15, "LightGBM leaves per tree")
+    learning_rate: float = _f(0.05, "LightGBM learning rate")
+    allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
+    seed: int = _f(0, "seed for the split and LightGBM")
+
+    def __post_init__(self):
+        self.strategies = _csv(self.strategies)
+        self.features = _csv(self.features)
+        problems = []
+        if self.mode not in MODES:
+            problems.append(f"`mode` must be {one_of(MODES)}; got {self.mode!r}")
+        if self.target_accuracy is not None and self.max_latency_ms is not None:
+            problems.append("give exactly one of `target_accuracy` and `max_latency_ms`; got both")
+        if self.target_accuracy is None and self.max_latency_ms is None:
+            self.target_accuracy = DEFAULT_TARGET_ACCURACY
+        if self.target_accuracy is not None and not 0.0 < self.target_accuracy <= 1.0:
+            problems.append(f"`target_accuracy` must be in (0, 1]; got {self.target_accuracy!r}")
+        if self.max_latency_ms is not None and not self.max_latency_ms > 0:
+            problems.append(f"`max_latency_ms` must be > 0; got {self.max_latency_ms!r}")
+        for name in ("calib_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 0.5:
+                problems.append(f"`{name}` must be in (0, 0.5); got {getattr(self, name)!r}")
+        for name in ("baseline_k", "num_boost_round", "num_leaves"):
+            if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
+                problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
+        if not 0.0 < self.learning_rate <= 1.0:
+            problems.append(f"`learning_rate` must be in (0, 1]; got {self.learning_rate!r}")
+        if not self.register_as or not self.register_as.strip():
+            problems.append("`register_as` must be a non-empty model name")
+        for s in [*(self.strategies or []), *([self.fallback] if self.fallback else [])]:
+            try:
+                parse_strategy(s)
+            except ConfigError as exc:
+                problems.append(f"`strategies`/`fallback`: {exc}")
+        if self.strategies is not None and len(set(self.strategies)) < 2:
+            problems.append(f"`strategies` must name at least two different strategies; got {self.strategies}")
+        if problems:
+            raise ConfigError("Invalid train-router configuration: " + "; ".join(problems) + ".")
+
+    @property
+    def target(self) -> dict:
+        """The policy target: {"kind": "accuracy"|"latency_ms", "value": x}."""
+        if self.max_latency_ms is not None:
+            return {"kind": "latency_ms", "value": float(self.max_latency_ms)}
+        return {"kind": "accuracy", "value": float(self.target_accuracy)}
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

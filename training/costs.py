@@ -1,0 +1,99 @@
+"""The cost model (router_contract.md): what a policy pays before deciding plus the chosen strategy's increment.
+
+- `one-shot`: nothing is paid before deciding; choosing `s` costs `latency_ms__s`.
+- `cascade`: `large_direct` is paid first (and `small_direct` too when a feature needs it, summed as if
+  sequential, conservatively); then `large_direct` costs 0, `small_direct` costs 0 if paid else its own
+  latency, `transfer_K` costs `latency_ms__escalate_K` (the small model's reasoning plus the large model's
+  continuation from its cached prefix; `escalate_all` for `transfer_all`), any other `s` costs `latency_ms__s`.
+A labels file without an `escalate` column for some K falls back to the one-stage `latency_ms__transfer_K`.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.router.errors import ConfigError, TrainingError, one_of
+from routedvlm.router.strategies import LARGE_DIRECT, parse_strategy
+
+log = logging.getLogger(__name__)
+MODES = ("cascade", "one-shot")
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df.columns:
+        raise TrainingError(f"The labels have no column {name!r}, which the cost model needs.")
+    return df[name].to_numpy(dtype=float)
+
+
+def _escalate_column(strategy: str) -> str:
+    st = parse_strategy(strategy)
+    return "latency_ms__escalate_all" if st.keep_tokens is None else f"latency_ms__escalate_{st.keep_tokens}"
+
+
+def _check(mode: str, paid_stages) -> list[str]:
+    if mode not in MODES:
+        raise ConfigError(f"`mode` must be {one_of(MODES)}; got {mode!r}.")
+    paid = list(paid_stages or [])
+    if mode == "cascade" and LARGE_DIRECT not in paid:
+        paid = [LARGE_DIRECT, *paid]
+    if mode == "one-shot" and paid:
+        raise ConfigError(f"A one-shot policy pays no stage before deciding; got paid_stages={paid}.")
+    return paid
+
+
+def paid_latency(df: pd.DataFrame, mode: str, paid_stages=()) -> np.ndarray:
+    """Latency paid on every row before the decision (sum of the paid stages' latencies)."""
+    paid = _check(mode, paid_stages)
+    total = np.zeros(len(df))
+    for stage in paid:
+        total = total + _col(df, f"latency_ms__{stage}")
+    return total
+
+
+def incremental_cost(df: pd.DataFrame, strategy: str, mode: str, paid_stages=()) -> np.ndarray:
+    """Per-row latency of obtaining `strategy`'s answer after the paid stages."""
+    paid = _check(mode, paid_stages)
+    st = parse_strategy(strategy)
+    if st.id in paid:
+        return np.zeros(len(df))
+    if st.is_transfer and LARGE_DIRECT in paid:
+        name = _escalate_column(st.id)
+        if name in df.columns:
+            return _col(df, name)
+        log.warning("no %s column; using the one-stage latency of %s for its escalation cost", name, st.id)
+    return _col(df, f"latency_ms__{st.id}")
+
+
+def incremental_costs(df: pd.DataFrame, strategies, mode: str, paid_stages=()) -> pd.DataFrame:
+    """DataFrame (rows of `df`, one column per strategy) of incremental costs in ms."""
+    return pd.DataFrame({s: incremental_cost(df, s, mode, paid_stages) for s in strategies}, index=df.index)
+
+
+def expected_costs(df: pd.DataFrame, strategies, mode: str, paid_stages=()) -> dict[str, float]:
+    """Mean incremental cost per strategy: the decision rule's constants (computed on the training split)."""
+    inc = incremental_costs(df, strategies, mode, paid_stages)
+    return {s: float(inc[s].mean()) for s in strategies}
+
+
+def realized_latency(df: pd.DataFrame, strategies_chosen, mode: str, paid_stages=()) -> np.ndarray:
+    """Per-row realized latency: paid stages + the chosen strategy's incremental cost."""
+    chosen = np.asarray(strategies_chosen, dtype=object)
+    if len(chosen) != len(df):
+        raise TrainingError(f"Got {len(chosen)} chosen strategies for {len(df)} rows.")
+    total = paid_latency(df, mode, paid_stages)
+    for s in pd.unique(chosen):
+        mask = chosen == s
+        total[mask] += incremental_cost(df.loc[mask], s, mode, paid_stages)
+    return total
+
+
+def realized_correct(df: pd.DataFrame, strategies_chosen) -> np.ndarray:
+    """Per-row correctness of the chosen strategy's answer."""
+    chosen = np.asarray(strategies_chosen, dtype=object)
+    out = np.zeros(len(df), dtype=bool)
+    for s in pd.unique(chosen):
+        mask = chosen == s
+        out[mask] = df.loc[mask, f"correct__{s}"].to_numpy(dtype=bool)
+    return out

@@ -1,8 +1,29 @@
 """routedvlm.router — features → P(correct) per strategy → decision; artifact format; loading.
 
-Imports none of the other routedvlm packages (it is the root of the dependency graph).
+Imports none of the other routedvlm packages (it is the root of the dependency graph). Importing it is
+cheap: lightgbm and mlflow are imported only by the functions that need them.
 """
-from .errors import RoutedVLMError
+from .base import Router
+from .decision import Decision, choose, strategy_order
+from .errors import RoutedVLMError, RouterError
+from .lightgbm_router import LightGBMRouter
+from .load import ROUTER_TYPES, load_router
+from .policy import Policy
+from .rules import FixedRouter, MutualVerificationRouter, make_rule_router
 from .strategies import DEFAULT_K_GRID, Strategy, default_strategies, parse_strategy, transfer_id
+from .tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME, resolve_tracking_uri, setup_mlflow
 
-__all__ = ["RoutedVLMError", "DEFAULT_K_GRID", "Strategy", "default_strategies", "parse_strategy", "transfer_id"]
+
+def log_router_model(router_dir, name: str = "router", **kwargs):
+    """Log a router folder to MLflow as a pyfunc model (see `routedvlm.router.mlflow_model`)."""
+    from .mlflow_model import log_router_model as _log
+
+    return _log(router_dir, name, **kwargs)
+
+
+__all__ = [
+    "CHAMPION_ALIAS", "DEFAULT_K_GRID", "DEFAULT_MODEL_NAME", "Decision", "FixedRouter", "LightGBMRouter",
+    "MutualVerificationRouter", "Policy", "ROUTER_TYPES", "RoutedVLMError", "Router", "RouterError", "Strategy",
+    "choose", "default_strategies", "load_router", "log_router_model", "make_rule_router", "parse_strategy",
+    "resolve_tracking_uri", "setup_mlflow", "strategy_order", "transfer_id",
+]

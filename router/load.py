@@ -1,0 +1,119 @@
+"""Load any router: a folder with policy.json, an MLflow `models:/` or `runs:/` URI, a rule name, or a strategy id.
+
+Router types are looked up by name in `ROUTER_TYPES` and imported lazily, so a LightGBM router never
+imports torch. MLflow URIs download the router folder artifact; nothing is unpickled.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import tempfile
+from pathlib import Path
+
+from .base import Router
+from .errors import RouterError, one_of
+from .policy import POLICY_FILE, Policy
+from .strategies import is_strategy
+
+log = logging.getLogger(__name__)
+
+ROUTER_TYPES = {
+    "lightgbm": "routedvlm.router.lightgbm_router:LightGBMRouter",
+    "lora-probe": "routedvlm.router.lora_probe:LoRAProbeRouter",
+    "mutual-verification": "routedvlm.router.rules:MutualVerificationRouter",
+    "fixed": "routedvlm.router.rules:FixedRouter",
+}
+RULE_NAMES = ("mutual-verification",)
+MLFLOW_SCHEMES = ("models:/", "runs:/")
+ROUTER_ARTIFACT = "router"
+
+
+def router_class(router_type: str) -> type[Router]:
+    """The Router subclass registered for `router_type`."""
+    if router_type not in ROUTER_TYPES:
+        raise RouterError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
+    module, _, name = ROUTER_TYPES[router_type].partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise RouterError(
+            f"Router type {router_type!r} needs {module}, which cannot be imported ({exc}). "
+            "Install the dependencies of that router type."
+        ) from None
+
+
+def load_folder(directory) -> Router:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise RouterError(f"No router folder at {str(directory)!r}.")
+    policy = Policy.load(directory)
+    return router_class(policy.router_type)._from_folder(policy, directory)
+
+
+def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
+    """A router from a folder, `models:/name@alias`, `models:/name/version`, `runs:/<id>/<path>`,
+    `mutual-verification` (also `mutual-verification:<K>`), or a strategy id (a fixed policy).
+    An existing folder wins over a rule name or strategy id of the same spelling."""
+    if isinstance(path_or_uri, Router):
+        return path_or_uri
+    text = str(path_or_uri)
+    if text.startswith(MLFLOW_SCHEMES):
+        return load_folder(download_router(text, tracking_uri=tracking_uri))
+    if Path(text).is_dir():
+        return load_folder(text)
+    rule, _, k = text.partition(":")
+    if rule in RULE_NAMES:
+        from .rules import make_rule_router
+
+        kw = {}
+        if k:
+            kw["keep_tokens"] = None if k == "all" else _positive_int(k, text)
+        return make_rule_router(rule, **kw)
+    if is_strategy(text):
+        from .rules import FixedRouter
+
+        return FixedRouter(text)
+    raise RouterError(
+        f"Cannot load a router from {text!r}: no such folder, and it is not an MLflow URI "
+        f"(models:/name@alias, models:/name/version, runs:/...), a rule ({one_of(RULE_NAMES)}) or a strategy id "
+        "(e.g. 'large_direct'). Pass the folder train-router wrote."
+    )
+
+
+def _positive_int(k: str, text: str) -> int:
+    if k.isdigit() and int(k) > 0:
+        return int(k)
+    raise RouterError(f"In {text!r} the keep-token count after ':' must be a positive integer or 'all'. Got {k!r}.")
+
+
+def download_router(uri: str, *, tracking_uri: str | None = None, dst: str | None = None) -> Path:
+    """Download a logged router model and return the local router folder (the one with policy.json)."""
+    import mlflow
+
+    from .tracking import setup_mlflow
+
+    setup_mlflow(tracking_uri)
+    dst = dst or tempfile.mkdtemp(prefix="routedvlm-router-")
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst))
+    except Exception as exc:  # MlflowException, OSError...: report uniformly
+        raise RouterError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None
+    return _router_dir(local, uri)
+
+
+def _router_dir(local: Path, uri: str) -> Path:
+    if (local / POLICY_FILE).is_file():
+        return local
+    try:
+        from mlflow.models import Model
+
+        conf = Model.load(str(local)).flavors["python_function"]["artifacts"][ROUTER_ARTIFACT]
+        candidate = local / conf["path"]
+        if (candidate / POLICY_FILE).is_file():
+            return candidate
+    except Exception as exc:
+        log.debug("MLmodel of %s names no router artifact: %s", uri, exc)
+    found = sorted(local.rglob(POLICY_FILE))
+    if not found:
+        raise RouterError(f"The MLflow model {uri!r} contains no {POLICY_FILE}; it was not logged by log_router_model.")
+    return found[0].parent

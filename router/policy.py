@@ -1,0 +1,215 @@
+"""The content of a router's `policy.json`: candidates, costs, features, tau, fallback, target, provenance.
+
+Validated on construction (every bad field named at once); `save`/`load` read and write the JSON file.
+A file written by a newer routedvlm (higher `format_version`) is refused with a clear RouterError.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import RouterError, UnknownStrategyError, one_of
+from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
+
+FORMAT_VERSION = 1
+POLICY_FILE = "policy.json"
+MODES = ("cascade", "one-shot")
+PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
+TARGET_KINDS = ("accuracy", "latency_ms")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _meta(help_text: str) -> dict:
+    return {"help": help_text}
+
+
+@dataclass(kw_only=True)
+class Policy:
+    """A routing policy; the router's model files are described in `params`."""
+
+    router_type: str = field(metadata=_meta("router kind: 'lightgbm', 'lora-probe', 'mutual-verification', 'fixed', ..."))
+    strategies: list[str] = field(metadata=_meta("candidate strategy ids, the columns of P(correct)"))
+    format_version: int = field(default=FORMAT_VERSION, metadata=_meta("policy.json format version"))
+    mode: str = field(default="cascade", metadata=_meta("'cascade' (large_direct runs first) or 'one-shot'"))
+    expected_cost_ms: dict[str, float] = field(
+        default_factory=dict, metadata=_meta("mean incremental cost (ms) per strategy on the training split")
+    )
+    paid_stages: list[str] = field(default_factory=list, metadata=_meta("stages run before deciding"))
+    features: list[str] = field(default_factory=list, metadata=_meta("feature columns, in model order"))
+    tau: float = field(default=0.5, metadata=_meta("P(correct) threshold of the decision rule"))
+    fallback: str = field(default="large_reason", metadata=_meta("strategy taken when no candidate reaches tau"))
+    target: dict = field(default_factory=dict, metadata=_meta("{'kind': 'accuracy'|'latency_ms', 'value': x}"))
+    training_data_hash: str = field(default="", metadata=_meta("content hash of the labels trained on"))
+    metrics: dict = field(default_factory=dict, metadata=_meta("evaluation metrics"))
+    params: dict = field(default_factory=dict, metadata=_meta("router-type-specific parameters and model files"))
+    created_at: str = field(default_factory=_now, metadata=_meta("ISO 8601 UTC creation time"))
+
+    def __post_init__(self):
+        self.strategies = list(self.strategies)
+        self.paid_stages = list(self.paid_stages)
+        self.features = list(self.features)
+        self.expected_cost_ms = {str(k): v for k, v in dict(self.expected_cost_ms).items()}
+        problems = self.problems()
+        if problems:
+            raise RouterError("Invalid policy:\n  - " + "\n  - ".join(problems))
+        self.expected_cost_ms = {k: float(v) for k, v in self.expected_cost_ms.items()}
+        self.tau = float(self.tau)
+
+    def problems(self) -> list[str]:
+        """Every problem of this policy, one message each (empty when valid)."""
+        out = []
+        if not isinstance(self.format_version, int) or self.format_version < 1:
+            out.append(f"`format_version` must be a positive integer. Got {self.format_version!r}.")
+        if not isinstance(self.router_type, str) or not self.router_type:
+            out.append(f"`router_type` must be a non-empty string. Got {self.router_type!r}.")
+        out += self._strategy_problems()
+        out += self._mode_problems()
+        if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
+            out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
+        out += self._target_problems()
+        for name in ("metrics", "params"):
+            if not isinstance(getattr(self, name), dict):
+                out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
+        for name in ("training_data_hash", "created_at"):
+            if not isinstance(getattr(self, name), str):
+                out.append(f"`{name}` must be a string. Got {getattr(self, name)!r}.")
+        return out
+
+    def _strategy_problems(self) -> list[str]:
+        out = []
+        if not self.strategies:
+            out.append("`strategies` must list at least one candidate strategy id. Got [].")
+        bad = [s for s in self.strategies if not _is_strategy(s)]
+        if bad:
+            out.append(f"`strategies` holds unknown strategy ids {bad}; use ids such as 'large_direct' or 'transfer_64'.")
+        if len(set(self.strategies)) != len(self.strategies):
+            out.append(f"`strategies` must not repeat ids. Got {self.strategies}.")
+        if not _is_strategy(self.fallback):
+            out.append(f"`fallback` must be a strategy id such as 'large_reason'. Got {self.fallback!r}.")
+        costs = self.expected_cost_ms
+        extra = sorted(set(costs) - set(self.strategies))
+        if extra:
+            out.append(f"`expected_cost_ms` has entries for non-candidates {extra}; candidates are {self.strategies}.")
+        if costs and set(self.strategies) - set(costs):
+            out.append(f"`expected_cost_ms` lacks entries for {sorted(set(self.strategies) - set(costs))}.")
+        bad_costs = {k: v for k, v in costs.items() if not _finite_nonneg(v)}
+        if bad_costs:
+            out.append(f"`expected_cost_ms` values must be finite numbers >= 0. Got {bad_costs}.")
+        return out
+
+    def _mode_problems(self) -> list[str]:
+        out = []
+        if self.mode not in MODES:
+            out.append(f"`mode` must be {one_of(MODES)}. Got {self.mode!r}.")
+        if tuple(self.paid_stages) not in PAID_STAGES:
+            out.append(
+                f"`paid_stages` must be one of {[list(p) for p in PAID_STAGES]}. Got {self.paid_stages!r}."
+            )
+        elif self.mode == "one-shot" and self.paid_stages:
+            out.append(f"`paid_stages` must be [] in mode 'one-shot'. Got {self.paid_stages!r}.")
+        elif self.mode == "cascade" and not self.paid_stages:
+            out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got [].")
+        allowed = {"prompt", *self.paid_stages}
+        for feat in self.features:
+            try:
+                stages = feature_stages(feat)
+            except UnknownStrategyError as exc:
+                out.append(f"`features`: {exc}")
+                continue
+            unpaid = [s for s in stages if s not in allowed]
+            if unpaid:
+                out.append(
+                    f"`features`: {feat!r} needs stage(s) {unpaid} that are not in `paid_stages` "
+                    f"{self.paid_stages}; add them there or drop the feature."
+                )
+        if len(set(self.features)) != len(self.features):
+            out.append(f"`features` must not repeat names. Got {self.features}.")
+        return out
+
+    def _target_problems(self) -> list[str]:
+        t = self.target
+        if not isinstance(t, dict):
+            return [f"`target` must be a dict like {{'kind': 'accuracy', 'value': 0.98}}. Got {t!r}."]
+        if not t:
+            return []
+        out = []
+        if t.get("kind") not in TARGET_KINDS:
+            out.append(f"`target['kind']` must be {one_of(TARGET_KINDS)}. Got {t.get('kind')!r}.")
+        if not _finite_nonneg(t.get("value")):
+            out.append(f"`target['value']` must be a finite number >= 0. Got {t.get('value')!r}.")
+        return out
+
+    # ---- JSON I/O ----
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, *, source: str = "policy") -> "Policy":
+        if not isinstance(data, dict):
+            raise RouterError(f"{source} must hold a JSON object. Got {type(data).__name__}.")
+        version = data.get("format_version", FORMAT_VERSION)
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise RouterError(
+                f"{source} has format_version {version}, newer than this routedvlm understands "
+                f"({FORMAT_VERSION}). Upgrade routedvlm to load this router."
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        missing = sorted(k for k in ("router_type", "strategies") if k not in data)
+        if unknown or missing:
+            raise RouterError(
+                f"{source} is not a valid policy: unknown keys {unknown}, missing keys {missing}. "
+                f"Valid keys are {one_of(known)}."
+            )
+        return cls(**data)
+
+    def save(self, directory) -> Path:
+        """Write `policy.json` into `directory` (created if needed), atomically."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / POLICY_FILE
+        tmp = path.with_name(POLICY_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, directory) -> "Policy":
+        path = Path(directory) / POLICY_FILE
+        if not path.is_file():
+            raise RouterError(
+                f"No {POLICY_FILE} in {str(directory)!r}. A router folder holds policy.json plus its model "
+                "files; pass the folder train-router wrote (its --output-dir)."
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RouterError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def _is_strategy(s) -> bool:
+    try:
+        parse_strategy(s)
+    except UnknownStrategyError:
+        return False
+    return True
+
+
+def _finite_nonneg(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _json_default(o):
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

@@ -1,0 +1,106 @@
+"""Rule routers that need no training files: a fixed strategy, and the paper's mutual verification.
+
+Their P(correct) is 1.0 for the strategy the rule picks and 0.0 for the others, so the shared decision
+rule (tau in (0, 1]) reproduces the rule exactly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .base import Router
+from .errors import RouterError, one_of
+from .policy import Policy
+from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
+
+AGREE_FEATURE = "feat__large_direct+small_direct__agree"
+MV_CHECKS = (SMALL_DIRECT,)
+DEFAULT_MV_KEEP_TOKENS = 64
+
+
+class FixedRouter(Router):
+    """Always the same strategy (a baseline, or `RoutedVLM(router="large_reason")`)."""
+
+    def __init__(self, strategy: str | None = None, *, policy: Policy | None = None):
+        if policy is None:
+            if strategy is None:
+                raise RouterError("FixedRouter needs a `strategy` such as 'large_direct'. Got None.")
+            s = parse_strategy(strategy).id
+            policy = Policy(router_type="fixed", strategies=[s], mode="one-shot", fallback=s, params={"strategy": s})
+        self.strategy = policy.params.get("strategy", policy.fallback)
+        if policy.strategies != [self.strategy]:
+            raise RouterError(f"A fixed policy has exactly one strategy. Got {policy.strategies}.")
+        super().__init__(policy)
+
+    def predict_proba(self, features):
+        import pandas as pd
+
+        return pd.DataFrame({self.strategy: np.ones(len(features))}, index=features.index)
+
+    def _proba_row(self, row: dict) -> dict[str, float]:
+        return {self.strategy: 1.0}
+
+    @classmethod
+    def _from_folder(cls, policy: Policy, directory: Path) -> "FixedRouter":
+        return cls(policy=policy)
+
+
+class MutualVerificationRouter(Router):
+    """The published rule: accept `large_direct` when it agrees with `check` (small_direct), else
+    `transfer_<keep_tokens>` (keep_tokens=None: transfer_all). Mode cascade; both direct stages are paid."""
+
+    def __init__(self, keep_tokens: int | None = DEFAULT_MV_KEEP_TOKENS, check: str = SMALL_DIRECT, *,
+                 policy: Policy | None = None):
+        if policy is None:
+            if check not in MV_CHECKS:
+                raise RouterError(f"The `check` of mutual verification must be {one_of(MV_CHECKS)}. Got {check!r}.")
+            if keep_tokens is not None and (not isinstance(keep_tokens, int) or keep_tokens <= 0):
+                raise RouterError(f"`keep_tokens` must be a positive integer or None (all). Got {keep_tokens!r}.")
+            escalate = transfer_id(keep_tokens)
+            policy = Policy(
+                router_type="mutual-verification", strategies=[LARGE_DIRECT, escalate], mode="cascade",
+                paid_stages=[LARGE_DIRECT, SMALL_DIRECT], features=[AGREE_FEATURE], tau=0.5, fallback=escalate,
+                params={"keep_tokens": keep_tokens, "check": check},
+            )
+        self.escalate = policy.fallback
+        if policy.features != [AGREE_FEATURE] or sorted(policy.strategies) != sorted([LARGE_DIRECT, self.escalate]):
+            raise RouterError(
+                f"A mutual-verification policy uses feature [{AGREE_FEATURE!r}] and strategies "
+                f"['large_direct', <transfer>]. Got features {policy.features}, strategies {policy.strategies}."
+            )
+        super().__init__(policy)
+
+    def predict_proba(self, features):
+        import pandas as pd
+
+        agree = np.nan_to_num(features[AGREE_FEATURE].to_numpy(dtype=float), nan=0.0) >= 0.5
+        return pd.DataFrame(
+            {LARGE_DIRECT: agree.astype(float), self.escalate: (~agree).astype(float)}, index=features.index
+        )[self.policy.strategies]
+
+    def _proba_row(self, row: dict) -> dict[str, float]:
+        v = row[AGREE_FEATURE]
+        agree = v is not None and float(v) >= 0.5  # NaN >= 0.5 is False
+        return {LARGE_DIRECT: float(agree), self.escalate: float(not agree)}
+
+    @classmethod
+    def _from_folder(cls, policy: Policy, directory: Path) -> "MutualVerificationRouter":
+        return cls(policy=policy)
+
+
+RULES = {"mutual-verification": MutualVerificationRouter}
+
+
+def make_rule_router(name_or_strategy_id: str, **kw) -> Router:
+    """`mutual-verification` (kw: keep_tokens, check), or a strategy id for a FixedRouter."""
+    if name_or_strategy_id in RULES:
+        return RULES[name_or_strategy_id](**kw)
+    try:
+        parse_strategy(name_or_strategy_id)
+    except Exception:
+        raise RouterError(
+            f"Unknown rule router {name_or_strategy_id!r}. Use {one_of(RULES)} or a strategy id such as "
+            "'large_direct' or 'transfer_64'."
+        ) from None
+    return FixedRouter(name_or_strategy_id, **kw)

@@ -1,0 +1,90 @@
+"""Choose the decision threshold tau on held-out labels so that the policy meets the user's target.
+
+- accuracy target `a`: the required accuracy is `a` x the best single candidate strategy's accuracy on the
+  same split; among the taus that meet it, the one with the lowest mean realized latency wins (ties: higher
+  accuracy, then lower tau).
+- latency target `L`: among the taus whose mean realized latency is <= L, the most accurate wins (ties:
+  lower latency).
+If no tau meets the target, the closest one is returned with `met=False` (most accurate, resp. fastest).
+`pick_operating_point` is generic over any swept parameter, so the baselines are calibrated the same way.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.router.decision import choose
+
+from .costs import realized_correct, realized_latency
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OperatingPoint:
+    param: float  # tau (or a baseline's threshold)
+    accuracy: float
+    mean_latency_ms: float
+    required: float  # required accuracy, or the latency budget
+    met: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def tau_grid(p: pd.DataFrame, n: int = 200) -> np.ndarray:
+    """Candidate taus: a uniform grid on [0, 1] plus quantiles of the predicted probabilities."""
+    values = p.to_numpy(dtype=float).ravel()
+    values = values[np.isfinite(values)]
+    qs = np.quantile(values, np.linspace(0, 1, n)) if len(values) else np.array([])
+    return np.unique(np.clip(np.concatenate([np.linspace(0, 1, n + 1), qs]), 0.0, 1.0))
+
+
+def sweep_tau(p: pd.DataFrame, costs: dict, fallback: str, df: pd.DataFrame, mode: str, paid_stages,
+              taus=None) -> pd.DataFrame:
+    """Accuracy and mean realized latency of the decision rule at every tau (columns param, accuracy,
+    mean_latency_ms)."""
+    taus = tau_grid(p) if taus is None else np.asarray(taus, dtype=float)
+    rows = []
+    for tau in taus:
+        chosen = choose(p, costs, float(tau), fallback)
+        rows.append((float(tau), realized_correct(df, chosen).mean(),
+                     realized_latency(df, chosen, mode, paid_stages).mean()))
+    return pd.DataFrame(rows, columns=["param", "accuracy", "mean_latency_ms"])
+
+
+def best_single_accuracy(df: pd.DataFrame, strategies) -> float:
+    return max(float(df[f"correct__{s}"].mean()) for s in strategies)
+
+
+def pick_operating_point(points: pd.DataFrame, target: dict, reference_accuracy: float) -> OperatingPoint:
+    """Pick a row of `points` (param, accuracy, mean_latency_ms) per the module docstring."""
+    kind, value = target["kind"], float(target["value"])
+    pts = points.assign(neg_acc=-points["accuracy"])
+    if kind == "accuracy":
+        required = value * reference_accuracy
+        ok = pts[pts["accuracy"] >= required - 1e-12]
+        order = ["mean_latency_ms", "neg_acc", "param"]
+        pool = ok if len(ok) else pts.sort_values(["neg_acc", "mean_latency_ms"]).head(1)
+    else:
+        required = value
+        ok = pts[pts["mean_latency_ms"] <= value]
+        order = ["neg_acc", "mean_latency_ms", "param"]
+        pool = ok if len(ok) else pts.sort_values(["mean_latency_ms", "neg_acc"]).head(1)
+    best = pool.sort_values(order, kind="stable").iloc[0]
+    return OperatingPoint(float(best["param"]), float(best["accuracy"]), float(best["mean_latency_ms"]),
+                          float(required), bool(len(ok)))
+
+
+def calibrate_tau(p: pd.DataFrame, costs: dict, fallback: str, df: pd.DataFrame, mode: str, paid_stages,
+                  target: dict, strategies) -> OperatingPoint:
+    """The tau meeting `target` on `df` (the calibration split) at the lowest latency."""
+    points = sweep_tau(p, costs, fallback, df, mode, paid_stages)
+    op = pick_operating_point(points, target, best_single_accuracy(df, strategies))
+    if not op.met:
+        log.warning("no tau meets the target %s on the calibration split; using tau=%.3f "
+                    "(accuracy %.3f, %.0f ms)", target, op.param, op.accuracy, op.mean_latency_ms)
+    return op

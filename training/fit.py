@@ -1,0 +1,118 @@
+"""Fit one LightGBM binary model per candidate strategy: P(correct__s | features the mode allows).
+
+Feature selection: `one-shot` uses `feat__prompt__*` only; `cascade` adds `feat__large_direct__*`, and the
+features that need `small_direct` (incl. `feat__large_direct+small_direct__agree`) only when `--features`
+names them (or `small_direct`) or `with_small_direct` is set. A strategy whose training labels are all
+correct or all wrong gets a constant probability instead of a booster.
+"""
+from __future__ import annotations
+
+import fnmatch
+import logging
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.router.errors import ConfigError, TrainingError
+from routedvlm.router.strategies import FEATURE_STAGES, LARGE_DIRECT, SMALL_DIRECT, feature_stages
+
+log = logging.getLogger(__name__)
+ALLOWED_STAGES = {"one-shot": {"prompt"}, "cascade": {"prompt", LARGE_DIRECT, SMALL_DIRECT}}
+
+
+def feature_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.columns if c.startswith("feat__")]
+
+
+def _match(spec: str, columns: list[str]) -> list[str]:
+    if spec in FEATURE_STAGES:
+        return [c for c in columns if spec in feature_stages(c)]
+    if any(ch in spec for ch in "*?["):
+        return [c for c in columns if fnmatch.fnmatchcase(c, spec)]
+    return [spec] if spec in columns else []
+
+
+def select_features(df: pd.DataFrame, mode: str, spec: list[str] | None = None, with_small_direct: bool = False) -> list[str]:
+    """The feature columns a policy in `mode` uses, in file order (see the module docstring)."""
+    columns = feature_columns(df)
+    if spec:
+        unknown = [s for s in spec if not _match(s, columns)]
+        if unknown:
+            raise ConfigError(
+                f"`--features` items {unknown} match no feature column. Use column names, stage names "
+                f"({', '.join(FEATURE_STAGES)}) or patterns; the labels have {columns}."
+            )
+        chosen = {c for s in spec for c in _match(s, columns)}
+        bad = [c for c in sorted(chosen) if not set(feature_stages(c)) <= ALLOWED_STAGES[mode]]
+        if bad:
+            raise ConfigError(f"Mode {mode!r} may only use prompt features; `--features` selected {bad}. "
+                              "Use --mode cascade to use stage features.")
+    else:
+        default = {"prompt"} if mode == "one-shot" else {"prompt", LARGE_DIRECT}
+        if with_small_direct and mode == "cascade":
+            default.add(SMALL_DIRECT)
+        chosen = {c for c in columns if set(feature_stages(c)) <= default}
+    selected = [c for c in columns if c in chosen]
+    if not selected:
+        raise TrainingError(f"No feature columns usable in mode {mode!r} (the labels have {columns}). "
+                            "Relabel with features, or choose --mode/--features.")
+    return selected
+
+
+def paid_stages_for(features: list[str], mode: str) -> list[str]:
+    """Stages run before deciding: [] (one-shot), [large_direct] or [large_direct, small_direct] (cascade)."""
+    if mode == "one-shot":
+        return []
+    needs_small = any(SMALL_DIRECT in feature_stages(f) for f in features)
+    return [LARGE_DIRECT, SMALL_DIRECT] if needs_small else [LARGE_DIRECT]
+
+
+def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = False) -> list[str]:
+    """Raise TrainingError for NaN/non-finite features (and constant ones unless allowed; those are dropped)."""
+    values = df[features].apply(pd.to_numeric, errors="coerce")
+    counts = (~np.isfinite(values.to_numpy(dtype=float))).sum(axis=0)
+    bad = {c: int(n) for c, n in zip(features, counts) if n}
+    if bad:
+        raise TrainingError(f"Feature columns with NaN or non-numeric values (rows affected): {bad}. "
+                            "Fix the labeller's features or drop these columns with --features.")
+    constant = [c for c in features if values[c].nunique() <= 1]
+    if constant and not allow_constant:
+        raise TrainingError(f"Constant feature columns {constant} carry no information. Drop them with "
+                            "--features, or pass --allow-constant-features to drop them automatically.")
+    kept = [c for c in features if c not in constant]
+    if not kept:
+        raise TrainingError(f"Every selected feature is constant ({constant}); nothing to learn from.")
+    if constant:
+        log.warning("dropping constant feature columns %s", constant)
+    return kept
+
+
+def lgb_params(num_leaves: int = 15, learning_rate: float = 0.05, seed: int = 0, num_threads: int = 1) -> dict:
+    """Small, deterministic LightGBM parameters for a binary P(correct) model."""
+    return {
+        "objective": "binary", "num_leaves": num_leaves, "learning_rate": learning_rate,
+        "min_data_in_leaf": 20, "lambda_l2": 1.0, "feature_fraction": 1.0, "bagging_fraction": 1.0,
+        "num_threads": num_threads, "seed": seed, "deterministic": True, "force_row_wise": True,
+        "verbosity": -1,
+    }
+
+
+def fit_models(train: pd.DataFrame, features: list[str], strategies: list[str], *, num_boost_round: int = 200,
+               params: dict | None = None) -> tuple[dict, dict[str, float]]:
+    """Return (boosters by strategy, constant P(correct) by strategy for all-correct/all-wrong targets)."""
+    import lightgbm as lgb
+
+    params = params or lgb_params()
+    x = train[features].to_numpy(dtype=float)
+    boosters, constants = {}, {}
+    for s in strategies:
+        y = train[f"correct__{s}"].to_numpy(dtype=bool).astype(float)
+        if y.min() == y.max():
+            constants[s] = float(y[0])
+            log.info("strategy %s is %s on every training row; using a constant", s,
+                     "correct" if y[0] else "wrong")
+            continue
+        data = lgb.Dataset(x, label=y, feature_name=list(features), free_raw_data=True,
+                           params={"verbosity": -1})
+        boosters[s] = lgb.train(params, data, num_boost_round=num_boost_round)
+    return boosters, constants

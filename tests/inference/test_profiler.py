@@ -1,0 +1,143 @@
+"""Latency profiler: the fit recovers a known cost function, stage pricing, plots, and the CLI on a tiny model."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from routedvlm.inference.latency_model import (
+    LatencyModel,
+    crossover_tokens,
+    decode_sum_ms,
+    fit_components,
+    fit_linear,
+    profile_hash,
+)
+from routedvlm.router.errors import ConfigError
+
+# A known synthetic cost function (ms): what the fit must recover.
+TRUE = {
+    "preprocess": (1.0, 20.0),   # + per megapixel
+    "vision": (5.0, 0.25),       # + per image token
+    "prefill": (8.0, 0.05),      # + per prompt token
+    "decode": (12.0, 0.002),     # + per context token, per generated token
+}
+
+
+def synthetic_measurements(true=TRUE, noise=0.01, seed=0) -> dict:
+    rng = random.Random(seed)
+
+    def ms(comp, x):
+        a, b = true[comp]
+        return (a + b * x) * (1 + rng.uniform(-noise, noise))
+
+    meas = {"preprocess": [], "vision": [], "prefill": [], "decode": [], "end_to_end": []}
+    for size, tokens in ((224, 64), (448, 256), (896, 1024)):
+        for rep in range(3):
+            meas["preprocess"].append({"image_size": size, "megapixels": size * size / 1e6, "repeat": rep,
+                                       "ms": ms("preprocess", size * size / 1e6)})
+            meas["vision"].append({"image_size": size, "image_tokens": tokens, "repeat": rep, "ms": ms("vision", tokens)})
+            for prompt in (32, 256, 1024):
+                total = tokens + prompt + 10
+                meas["prefill"].append({"image_size": size, "prompt_tokens": prompt, "tokens": total, "repeat": rep,
+                                        "ms": ms("prefill", total)})
+    for ctx0 in (106, 330, 1098):
+        for pos in range(0, 512, 7):
+            meas["decode"].append({"context_len": ctx0 + pos, "ms": ms("decode", ctx0 + pos)})
+    return meas
+
+
+def synthetic_profile(scale_large=3.0) -> dict:
+    """Two models: 'large' costs `scale_large` x 'small' for vision/prefill/decode intercepts and slopes."""
+    models = {}
+    for name, scale, params in (("small", 1.0, 2_000_000), ("large", scale_large, 8_000_000)):
+        true = {c: (a * scale, b * scale) if c != "preprocess" else (a, b) for c, (a, b) in TRUE.items()}
+        meas = synthetic_measurements(true, seed=int(scale * 10))
+        for prompt in (32, 256):
+            for n in (1, 16, 64):
+                e2e = sum(true[c][0] + true[c][1] * x for c, x in (("vision", 64), ("prefill", 64 + prompt + 10)))
+                meas["end_to_end"].append({"image_size": 224, "prompt_tokens": prompt, "output_tokens": n, "repeat": 0,
+                                           "ms": e2e + n * true["decode"][0]})
+        models[name] = {"parameters": params, "measurements": meas, "fit": fit_components(meas),
+                        "reference": {"image_size": 224, "prompt_tokens": 32, "image_tokens": 64, "prefill_tokens": 106}}
+    settings = {"image_sizes": [224, 448], "prompt_tokens": [32, 256], "output_tokens": [1, 16, 64]}
+    return {"format_version": 1, "settings": settings, "models": models}
+
+
+def test_fit_recovers_known_cost_function():
+    fits = fit_components(synthetic_measurements())
+    assert set(fits) == {"preprocess", "vision", "prefill", "decode"}
+    for comp, (a, b) in TRUE.items():
+        assert fits[comp]["slope"] == pytest.approx(b, rel=0.05), comp
+        assert fits[comp]["intercept"] == pytest.approx(a, rel=0.1, abs=0.5), comp
+        assert fits[comp]["r2"] > 0.95 and fits[comp]["mape"] < 2.0, comp
+
+
+def test_fit_without_noise_is_exact_and_reports_quality():
+    fit = fit_linear([1, 2, 3, 4], [3, 5, 7, 9], "tokens")
+    assert (fit.intercept, fit.slope, fit.r2, fit.n) == (pytest.approx(1.0), pytest.approx(2.0), pytest.approx(1.0), 4)
+    assert fit.mape == pytest.approx(0.0, abs=1e-9)
+    one_x = fit_linear([5, 5], [2.0, 4.0], "tokens")  # one distinct x: mean, no slope
+    assert (one_x.intercept, one_x.slope) == (3.0, 0.0)
+
+
+def test_decode_sum_is_the_sum_over_positions():
+    fit = fit_linear([0, 100], [10.0, 11.0], "context_len")  # a = 10, b = 0.01
+    expected = sum(10.0 + 0.01 * (50 + i) for i in range(7))
+    assert decode_sum_ms(fit, 7, 50) == pytest.approx(expected)
+
+
+def test_stage_ms_worked_example(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(synthetic_profile()))
+    lm = LatencyModel.load(path, model="small")
+    f = lm.fits
+    record = {"stage": "large_direct", "model": "large", "vision_ms": 31.2, "prefill_ms": 9.9, "prefill_tokens": 100,
+              "cached_tokens": 20, "decode_ms": 40.0, "decode_tokens": 4, "image_tokens": 64}
+    vision = f["vision"].intercept + f["vision"].slope * 64
+    prefill = f["prefill"].intercept + f["prefill"].slope * 100 + f["decode"].slope * 20
+    decode = sum(f["decode"].intercept + f["decode"].slope * (120 + i) for i in range(4))
+    assert lm.stage_ms(record) == pytest.approx(vision + prefill + decode)
+    # An escalation stage: no image encoded, only the new tokens prefilled after the reused prefix.
+    esc = dict(record, vision_ms=0.0, image_tokens=0)
+    assert lm.stage_ms(esc) == pytest.approx(prefill + decode)
+    # Deterministic: measured times do not enter.
+    assert lm.stage_ms(dict(record, vision_ms=999.0, decode_ms=1.0)) == lm.stage_ms(record)
+    assert lm.stage_ms({"vision_ms": 0, "prefill_tokens": 0, "decode_tokens": 0}) == 0.0
+
+
+def test_load_errors_name_the_options(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(synthetic_profile()))
+    with pytest.raises(ConfigError, match=r"^The `model` parameter of LatencyModel.load must be one of 'large' or 'small'"):
+        LatencyModel.load(path, model="medium")
+    with pytest.raises(ConfigError, match=r"^The `model` parameter of LatencyModel.load is required"):
+        LatencyModel.load(path)
+    with pytest.raises(ConfigError, match=r"^The profile file .* does not exist"):
+        LatencyModel.load(tmp_path / "missing.json", model="small")
+    assert len(profile_hash(path)) == 64
+
+
+def test_crossover_matches_brute_force():
+    prof = synthetic_profile(scale_large=3.0)
+    small, large = LatencyModel.load(prof, "small"), LatencyModel.load(prof, "large")
+    ref = prof["models"]["small"]["reference"]
+    for m in (16, 64, 256, 1024):
+        n_star = crossover_tokens(small, large, m, ref, ref)
+        budget = small.end_to_end_ms(m, 106, 64)
+        brute = max((n for n in range(1, 4 * m) if large.end_to_end_ms(n, 106, 64) <= budget), default=None)
+        assert n_star == brute, m
+    assert crossover_tokens(small, large, 1, ref, ref) is None  # a 3x slower model never wins at M = 1
+
+
+def test_plots_are_written(tmp_path):
+    from routedvlm.inference.profile_plots import crossover_points, plot_components, plot_crossover
+
+    prof = synthetic_profile()
+    a = plot_components(prof, tmp_path / "components.png")
+    b = plot_crossover(prof, tmp_path / "crossover.png")
+    for p in (a, b):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = crossover_points(prof)
+    assert [(p["small"], p["large"], p["m"]) for p in points] == [("small", "large", 16), ("small", "large", 64)]

@@ -1,0 +1,47 @@
+"""`routedvlm labels validate FILE [--json]`: check a labels.parquet file against schema version 1.
+
+Prints every problem (exit 1) or a one-line summary (exit 0). A missing or unreadable file is an error (exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EPILOG = "example: routedvlm labels validate labels.parquet --json"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="routedvlm labels", description="Check a labels.parquet file.", epilog=EPILOG)
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    v = sub.add_parser("validate", help="report every schema problem of a labels file", epilog=EPILOG)
+    v.add_argument("file", metavar="FILE", help="labels.parquet to check")
+    v.add_argument("--json", action="store_true", help="print a JSON report instead of text")
+    return p
+
+
+def validate_command(path: str, as_json: bool) -> int:
+    from .labels import _read, k_grid_in, strategies_in
+    from .labels_validate import validate_labels
+
+    df, _, _ = _read(path)  # raises LabelsError for a missing / unreadable file
+    problems = validate_labels(path)
+    report = {"file": path, "ok": not problems, "rows": len(df), "strategies": strategies_in(df),
+              "k_grid": k_grid_in(df), "problems": problems}
+    if as_json:
+        print(json.dumps(report, indent=2))
+    elif problems:
+        print(f"{path}: {len(problems)} problem(s):", file=sys.stderr)
+        for msg in problems:
+            print(f"  - {msg}", file=sys.stderr)
+    else:
+        print(f"OK: {len(df)} rows, strategies {', '.join(report['strategies'])}, "
+              f"K grid {', '.join(map(str, report['k_grid'])) or '(none)'}")
+    return 0 if not problems else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.action == "validate":
+        return validate_command(args.file, args.json)
+    return 2

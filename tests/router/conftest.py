@@ -1,0 +1,41 @@
+"""Router test fixtures: a tiny synthetic feature table and a LightGBM router trained on it with lightgbm directly."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from routedvlm.router import LightGBMRouter, Policy
+
+FEATURES = ["feat__prompt__question_words", "feat__large_direct__confidence", "feat__large_direct+small_direct__agree"]
+STRATEGIES = ["large_direct", "transfer_16", "transfer_64", "large_reason"]
+COSTS = {"large_direct": 0.0, "transfer_16": 120.0, "transfer_64": 300.0, "large_reason": 2000.0}
+
+
+@pytest.fixture(scope="session")
+def feature_table() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    n = 240
+    return pd.DataFrame({
+        FEATURES[0]: rng.integers(3, 40, n).astype(float),
+        FEATURES[1]: rng.uniform(size=n),
+        FEATURES[2]: (rng.uniform(size=n) < 0.5).astype(float),
+    })
+
+
+@pytest.fixture(scope="session")
+def lgbm_router(feature_table) -> LightGBMRouter:
+    """transfer_16/transfer_64 are correct when confidence exceeds a threshold; large_reason is always
+    correct and so is stored as a constant (no booster)."""
+    import lightgbm
+
+    x = feature_table.to_numpy()
+    conf = feature_table[FEATURES[1]].to_numpy()
+    thresholds = {"large_direct": 0.7, "transfer_16": 0.45, "transfer_64": 0.25}
+    boosters = {}
+    for s, thr in thresholds.items():
+        y = (conf > thr).astype(int)
+        params = {"objective": "binary", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5, "seed": 0}
+        boosters[s] = lightgbm.train(params, lightgbm.Dataset(x, y), num_boost_round=15)
+    policy = Policy(router_type="lightgbm", strategies=STRATEGIES, mode="cascade", paid_stages=["large_direct", "small_direct"],
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
+                    target={"kind": "accuracy", "value": 0.98}, params={"constants": {"large_reason": 0.97}})
+    return LightGBMRouter(policy, boosters)

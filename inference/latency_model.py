@@ -8,8 +8,9 @@ Components (all milliseconds, least squares on the raw measurements):
 - preprocess: per image, `a + b * megapixels` (image processor on the CPU);
 - vision: per image, `a + b * image_tokens` (vision encoder; image tokens = tokens the LM receives);
 - prefill: per call, `a + b * tokens` (the language model's forward over the new prompt tokens);
-- decode: per generated token, `ms_per_token = a + b * context_len`, where `context_len` is the number of
-  tokens in the cache when that token is decoded (prompt + tokens already generated).
+- decode: per decode step, `ms_per_token = a + b * context_len`, where `context_len` is the number of tokens
+  in the cache before the step (prompt + tokens already fed back). As in `generate`, the first output token
+  comes out of the prefill, so n output tokens cost n - 1 decode steps.
 Prefill after `cached_tokens` reused tokens adds one pass over the cache, priced like the context term of one
 decode step (`decode.slope * cached_tokens`): a model of reading the cached keys/values once, an approximation.
 """
@@ -58,8 +59,26 @@ class LinearFit:
         return cls(**{k: d[k] for k in ("x", "intercept", "slope", "r2", "mape", "n") if k in d})
 
 
+def _nonneg_line(x, y) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line with both coefficients >= 0 (times cannot shrink with size)."""
+    import numpy as np
+
+    if np.unique(x).size < 2:
+        return max(float(y.mean()), 0.0), 0.0
+    slope, intercept = (float(v) for v in np.polyfit(x, y, 1))
+    if slope >= 0 and intercept >= 0:
+        return intercept, slope
+    candidates = [(max(float(y.mean()), 0.0), 0.0)]  # flat
+    if float((x * x).sum()) > 0:
+        candidates.append((0.0, max(float((x * y).sum() / (x * x).sum()), 0.0)))  # through the origin
+    return min(candidates, key=lambda c: float(((y - c[0] - c[1] * x) ** 2).sum()))
+
+
 def fit_linear(x, y, x_name: str) -> LinearFit:
-    """Least-squares line through (x, y). A single distinct x gives slope 0 and the mean as intercept."""
+    """Line through the per-x medians of (x, y), with intercept and slope >= 0; R² and MAPE on all points.
+
+    Medians make one slow repeat (a busy machine) harmless; a single distinct x gives slope 0.
+    """
     import numpy as np
 
     x = np.asarray(x, dtype=float)
@@ -67,10 +86,9 @@ def fit_linear(x, y, x_name: str) -> LinearFit:
     if x.size == 0 or x.shape != y.shape:
         raise ConfigError(f"fit_linear needs equally long, non-empty x and y for {x_name!r}. "
                           f"Got {x.size} x and {y.size} y values instead.")
-    if np.unique(x).size < 2:
-        intercept, slope = float(y.mean()), 0.0
-    else:
-        slope, intercept = (float(v) for v in np.polyfit(x, y, 1))
+    ux = np.unique(x)
+    med = np.array([np.median(y[x == v]) for v in ux])
+    intercept, slope = _nonneg_line(ux, med)
     pred = intercept + slope * x
     ss_res = float(((y - pred) ** 2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum())
@@ -93,9 +111,9 @@ def fit_components(measurements: dict) -> dict:
     return fits
 
 
-def decode_sum_ms(fit: LinearFit, n_tokens: int, context_len: int) -> float:
-    """Sum of a + b * (context_len + i) for i in 0..n_tokens-1 (closed form)."""
-    n = max(int(n_tokens), 0)
+def decode_sum_ms(fit: LinearFit, n_steps: int, context_len: int) -> float:
+    """Sum of a + b * (context_len + i) for i in 0..n_steps-1 (closed form)."""
+    n = max(int(n_steps), 0)
     return n * fit.intercept + fit.slope * (n * context_len + n * (n - 1) / 2)
 
 
@@ -173,8 +191,9 @@ class LatencyModel:
         return max(self.fits["prefill"](n_tokens), 0.0) + max(self.fits["decode"].slope, 0.0) * max(cached_tokens, 0)
 
     def decode_ms(self, n_tokens: int, context_len: int) -> float:
-        """Decoding `n_tokens` tokens, the first with `context_len` tokens already in the cache."""
-        return max(decode_sum_ms(self.fits["decode"], n_tokens, context_len), 0.0)
+        """Decode time of `n_tokens` output tokens after a prompt of `context_len` tokens: the first token comes
+        out of the prefill, then n_tokens - 1 steps with contexts context_len, context_len + 1, ..."""
+        return max(decode_sum_ms(self.fits["decode"], int(n_tokens) - 1, context_len), 0.0)
 
     def stage_ms(self, record: dict) -> float:
         """Cost of one pipeline trace record (keys `vision_ms`, `prefill_tokens`, `cached_tokens`, `decode_tokens`).
@@ -220,3 +239,29 @@ def crossover_tokens(small: LatencyModel, large: LatencyModel, m_tokens: int, sm
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if e2e(large, large_ref, mid) <= budget else (lo, mid)
     return lo if e2e(large, large_ref, hi) > budget else hi
+
+
+def models_by_size(profile: dict) -> list[str]:
+    """Model names ordered from fewest to most parameters (the name breaks ties)."""
+    return sorted(profile["models"], key=lambda n: (profile["models"][n].get("parameters") or 0, n))
+
+
+def crossover_points(profile: dict, m_values=None) -> list[dict]:
+    """For each pair (smaller, larger) by parameters and each M: {small, large, m, small_ms, large_tokens}.
+
+    M defaults to the output-token settings above 1. `large_tokens` is N*(M) (None: the larger model is slower even
+    for one token).
+    """
+    names = models_by_size(profile)
+    if m_values is None:
+        m_values = [m for m in profile["settings"]["output_tokens"] if m > 1]
+    out = []
+    for i, small in enumerate(names):
+        for large in names[i + 1:]:
+            lm_s, lm_l = LatencyModel.load(profile, small), LatencyModel.load(profile, large)
+            ref_s, ref_l = profile["models"][small]["reference"], profile["models"][large]["reference"]
+            for m in m_values:
+                n_star = crossover_tokens(lm_s, lm_l, int(m), ref_s, ref_l)
+                small_ms = lm_s.end_to_end_ms(int(m), ref_s["prefill_tokens"], ref_s["image_tokens"])
+                out.append({"small": small, "large": large, "m": int(m), "small_ms": small_ms, "large_tokens": n_star})
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pathlib
 import statistics
 
-from .latency_model import LatencyModel, crossover_tokens
+from .latency_model import LatencyModel, crossover_points, models_by_size
 
 COMPONENT_COLORS = {"preprocess": "#bbbbbb", "vision": "#4c72b0", "prefill": "#dd8452", "decode": "#55a868"}
 
@@ -23,6 +23,11 @@ def _pyplot():
     return plt
 
 
+def _median_setting(values) -> int:
+    values = sorted(values)
+    return int(values[(len(values) - 1) // 2])
+
+
 def _mean_ms(rows, **where) -> float:
     vals = [r["ms"] for r in rows if all(r.get(k) == v for k, v in where.items())]
     return statistics.fmean(vals) if vals else 0.0
@@ -32,10 +37,10 @@ def component_table(profile: dict, decode_tokens: int | None = None) -> list[dic
     """Rows {model, image_size, preprocess, vision, prefill, decode} in ms, at each model's reference prompt length.
 
     preprocess, vision and prefill are measured means; decode is the fitted cost of `decode_tokens` tokens
-    (default: the largest output-token setting).
+    (default: the median output-token setting).
     """
     settings = profile["settings"]
-    n_out = int(decode_tokens or max(settings["output_tokens"]))
+    n_out = int(decode_tokens or _median_setting(settings["output_tokens"]))
     rows = []
     for name, entry in profile["models"].items():
         meas, ref = entry["measurements"], entry["reference"]
@@ -57,7 +62,7 @@ def plot_components(profile: dict, path, decode_tokens: int | None = None) -> pa
     """Stacked bars: one bar per (model, image size), one segment per component. Returns the PNG path."""
     plt = _pyplot()
     rows = component_table(profile, decode_tokens)
-    n_out = int(decode_tokens or max(profile["settings"]["output_tokens"]))
+    n_out = int(decode_tokens or _median_setting(profile["settings"]["output_tokens"]))
     fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(rows) + 2), 3.6), dpi=90)
     labels = [f"{r['model']}\n{r['image_size']}px" for r in rows]
     bottom = [0.0] * len(rows)
@@ -82,37 +87,12 @@ def _save(fig, plt, path) -> pathlib.Path:
     return path
 
 
-def models_by_size(profile: dict) -> list[str]:
-    """Model names ordered from fewest to most parameters (the name breaks ties)."""
-    return sorted(profile["models"], key=lambda n: (profile["models"][n].get("parameters") or 0, n))
-
-
-def crossover_points(profile: dict, m_values=None) -> list[dict]:
-    """For each pair (smaller, larger) by parameters and each M: {small, large, m, small_ms, large_tokens}.
-
-    M defaults to the output-token settings above 1. `large_tokens` is N*(M) (None: the larger model is slower even
-    for one token).
-    """
-    names = models_by_size(profile)
-    if m_values is None:
-        m_values = [m for m in profile["settings"]["output_tokens"] if m > 1]
-    out = []
-    for i, small in enumerate(names):
-        for large in names[i + 1:]:
-            lm_s, lm_l = LatencyModel.load(profile, small), LatencyModel.load(profile, large)
-            ref_s, ref_l = profile["models"][small]["reference"], profile["models"][large]["reference"]
-            for m in m_values:
-                n_star = crossover_tokens(lm_s, lm_l, int(m), ref_s, ref_l)
-                small_ms = lm_s.end_to_end_ms(int(m), ref_s["prefill_tokens"], ref_s["image_tokens"])
-                out.append({"small": small, "large": large, "m": int(m), "small_ms": small_ms, "large_tokens": n_star})
-    return out
-
-
 def plot_crossover(profile: dict, path, m_values=None) -> pathlib.Path:
     """End-to-end ms vs output tokens (fit: lines, measured: dots) per model; crossovers N*(M) marked."""
     plt = _pyplot()
-    grid = sorted(profile["settings"]["output_tokens"])
-    n_max = max(grid[-1], 2) * 2
+    points = crossover_points(profile, m_values)
+    ends = list(profile["settings"]["output_tokens"]) + [p["m"] for p in points]
+    n_max = int(max(ends + [p["large_tokens"] or 1 for p in points] + [2]) * 1.5)
     xs = sorted({max(1, round(1.25 ** k)) for k in range(0, 200) if 1.25 ** k <= n_max} | {n_max})
     fig, ax = plt.subplots(figsize=(6.0, 4.0), dpi=90)
     colors = {}
@@ -125,7 +105,7 @@ def plot_crossover(profile: dict, path, m_values=None) -> pathlib.Path:
         pts = [r for r in entry["measurements"].get("end_to_end", [])
                if r["image_size"] == ref["image_size"] and r["prompt_tokens"] == ref["prompt_tokens"]]
         ax.scatter([r["output_tokens"] for r in pts], [r["ms"] for r in pts], s=10, color=line.get_color())
-    for cp in crossover_points(profile, m_values):
+    for cp in points:
         ax.axhline(cp["small_ms"], color=colors[cp["small"]], lw=0.6, ls=":")
         ax.plot([cp["m"]], [cp["small_ms"]], "o", mfc="none", color=colors[cp["small"]])
         if cp["large_tokens"] is not None:

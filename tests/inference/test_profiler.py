@@ -58,7 +58,7 @@ def synthetic_profile(scale_large=3.0) -> dict:
             for n in (1, 16, 64):
                 e2e = sum(true[c][0] + true[c][1] * x for c, x in (("vision", 64), ("prefill", 64 + prompt + 10)))
                 meas["end_to_end"].append({"image_size": 224, "prompt_tokens": prompt, "output_tokens": n, "repeat": 0,
-                                           "ms": e2e + n * true["decode"][0]})
+                                           "ms": e2e + (n - 1) * true["decode"][0]})
         models[name] = {"parameters": params, "measurements": meas, "fit": fit_components(meas),
                         "reference": {"image_size": 224, "prompt_tokens": 32, "image_tokens": 64, "prefill_tokens": 106}}
     settings = {"image_sizes": [224, 448], "prompt_tokens": [32, 256], "output_tokens": [1, 16, 64]}
@@ -97,7 +97,7 @@ def test_stage_ms_worked_example(tmp_path):
               "cached_tokens": 20, "decode_ms": 40.0, "decode_tokens": 4, "image_tokens": 64}
     vision = f["vision"].intercept + f["vision"].slope * 64
     prefill = f["prefill"].intercept + f["prefill"].slope * 100 + f["decode"].slope * 20
-    decode = sum(f["decode"].intercept + f["decode"].slope * (120 + i) for i in range(4))
+    decode = sum(f["decode"].intercept + f["decode"].slope * (120 + i) for i in range(3))  # token 1 from prefill
     assert lm.stage_ms(record) == pytest.approx(vision + prefill + decode)
     # An escalation stage: no image encoded, only the new tokens prefilled after the reused prefix.
     esc = dict(record, vision_ms=0.0, image_tokens=0)
@@ -141,3 +141,12 @@ def test_plots_are_written(tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = crossover_points(prof)
     assert [(p["small"], p["large"], p["m"]) for p in points] == [("small", "large", 16), ("small", "large", 64)]
+
+
+def test_fit_is_robust_to_one_slow_repeat_and_never_negative():
+    x = [10, 10, 10, 20, 20, 20, 30, 30, 30]
+    y = [2.0, 2.0, 50.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0]  # one outlier at x = 10 (the machine was busy)
+    fit = fit_linear(x, y, "tokens")
+    assert (fit.intercept, fit.slope) == (pytest.approx(1.0), pytest.approx(0.1))
+    falling = fit_linear([1, 2, 3], [3.0, 2.0, 1.0], "tokens")  # noise that slopes down: flat, not negative
+    assert falling.slope == 0.0 and falling.intercept == pytest.approx(2.0)

@@ -1,0 +1,248 @@
+"""Measure where a VLM's latency goes on simulated inputs, and fit the latency model of `latency_model.py`.
+
+For each model and each (image size, prompt length, repeat): a random image and a synthetic question of that many
+tokens go through the processor (timed: `preprocess`), then `generation.timed_generate` times the vision encoder,
+the prefill and every decode step (on a GPU it synchronises before each time stamp). Decode runs to the largest
+output-token setting (`min_new_tokens`, so random weights cannot stop early) at the reference image size only;
+other sizes generate one token. A warm-up call per image size comes first and is not recorded.
+What it leaves out: batching, several images per prompt, and speculative or paged serving engines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import statistics
+import time
+
+from .latency_model import fit_components
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_FILLER = "Look at the chart and tell me which bar is the tallest, how tall it is, and why. "
+
+
+@dataclasses.dataclass
+class ProfileSettings:
+    """The grid a profile measures (all lists of positive ints)."""
+
+    image_sizes: list = dataclasses.field(default_factory=lambda: [224, 448, 896],
+                                          metadata={"help": "square image side lengths in pixels"})
+    prompt_tokens: list = dataclasses.field(default_factory=lambda: [32, 256, 1024],
+                                            metadata={"help": "question lengths in tokens (before the template)"})
+    output_tokens: list = dataclasses.field(default_factory=lambda: [1, 16, 64, 256, 1024],
+                                            metadata={"help": "output lengths reported end to end; decode runs to the max"})
+    repeats: int = dataclasses.field(default=3, metadata={"help": "measurements per grid point"})
+    device: str = dataclasses.field(default="cpu", metadata={"help": "torch device, e.g. cpu, cuda, cuda:1"})
+    dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
+    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images"})
+
+    def __post_init__(self):
+        from routedvlm.router.errors import ConfigError
+
+        for name in ("image_sizes", "prompt_tokens", "output_tokens"):
+            vals = getattr(self, name)
+            if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in vals):
+                raise ConfigError(f"The `{name}` setting must be a non-empty list of positive integers. Got {vals!r} instead.")
+            setattr(self, name, sorted(set(vals)))
+        if max(self.output_tokens) < 2:
+            raise ConfigError(f"The `output_tokens` setting needs a value of at least 2 so that decode steps are measured. "
+                              f"Got {self.output_tokens!r} instead.")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats <= 0:
+            raise ConfigError(f"The `repeats` setting must be a positive integer. Got {self.repeats!r} instead.")
+
+    @property
+    def reference(self) -> tuple[int, int]:
+        """(image size, prompt tokens) of the reference input: the lower medians of the grids."""
+        return _lower_median(self.image_sizes), _lower_median(self.prompt_tokens)
+
+
+def _lower_median(values) -> int:
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def random_image(size: int, seed: int = 0):
+    """A size x size RGB image of uniform noise (deterministic for a seed)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+
+
+def synthetic_prompt(tokenizer, n_tokens: int) -> str:
+    """A question text that the tokenizer encodes to `n_tokens` tokens (or as close as its merges allow)."""
+    ids = []
+    text = _FILLER
+    while len(ids) < n_tokens:
+        text = text * 2
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
+
+
+def hardware_info(device: str) -> dict:
+    """CPU model, cores, torch threads and, on CUDA, the GPU name and memory."""
+    import torch
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(), "device": device, "gpu": None}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
+    return info
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("routedvlm", "torch", "transformers", "numpy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _sync(device: str):
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(torch.device(device))
+
+
+def _image_token_id(model):
+    cfg = model.config
+    for key in ("image_token_id", "image_token_index"):
+        if getattr(cfg, key, None) is not None:
+            return getattr(cfg, key)
+    return None
+
+
+def _one_call(vlm, image, question: str, n_out: int, device: str) -> dict:
+    """Preprocess + timed generation of exactly `n_out` tokens; returns the measured times and token counts."""
+    from .generation import timed_generate
+
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    t0 = time.perf_counter()
+    inputs = vlm.encode(image, vlm.render(messages, "direct"))
+    _sync(device)
+    pre_ms = (time.perf_counter() - t0) * 1000
+    tid = _image_token_id(vlm.model)
+    n_image = int((inputs["input_ids"] == tid).sum()) if tid is not None else 0
+    gen = timed_generate(vlm.model, inputs, max_new_tokens=n_out, min_new_tokens=n_out)
+    return {"preprocess_ms": pre_ms, "image_tokens": n_image, "gen": gen}
+
+
+def decode_points(runs: list) -> list:
+    """Expand decode runs ({"context_start", "step_ms": [...]}) into fit points {"context_len", "ms"}."""
+    return [{"context_len": r["context_start"] + j, "ms": ms} for r in runs for j, ms in enumerate(r["step_ms"])]
+
+
+def _record(meas: dict, call: dict, size: int, prompt: int, rep: int, output_grid: list) -> None:
+    gen = call["gen"]
+    key = {"image_size": size, "prompt_tokens": prompt, "repeat": rep}
+    meas["preprocess"].append({**key, "megapixels": size * size / 1e6, "ms": round(call["preprocess_ms"], 4)})
+    meas["vision"].append({**key, "image_tokens": call["image_tokens"], "ms": round(gen.vision_ms, 4)})
+    meas["prefill"].append({**key, "tokens": gen.prefill_tokens, "ms": round(gen.prefill_ms, 4)})
+    times = gen.token_times_ms
+    if len(times) > 1:
+        steps = [round(b - a, 4) for a, b in zip(times, times[1:])]
+        meas["decode"].append({**key, "context_start": gen.prefill_tokens, "step_ms": steps})
+    for n in output_grid:
+        if n <= len(times):
+            meas["end_to_end"].append({**key, "output_tokens": n,
+                                       "ms": round(gen.vision_ms + gen.prefill_ms + times[n - 1], 4)})
+
+
+def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
+    """Raw measurements of one loaded `VLM` over the settings' grid (see the module docstring)."""
+    ref_size, ref_prompt = settings.reference
+    n_dec = max(settings.output_tokens)
+    questions = {p: synthetic_prompt(vlm.tokenizer, p) for p in settings.prompt_tokens}
+    images = {s: random_image(s, settings.seed + s) for s in settings.image_sizes}
+    for size in settings.image_sizes:  # warm-up: allocator, kernels, lazy init; not recorded
+        _one_call(vlm, images[size], questions[ref_prompt], 2, settings.device)
+        progress and progress.update(1)
+    meas = {k: [] for k in ("preprocess", "vision", "prefill", "decode", "end_to_end")}
+    for rep in range(settings.repeats):
+        for size in settings.image_sizes:
+            for prompt in settings.prompt_tokens:
+                n_out = n_dec if size == ref_size else 1
+                call = _one_call(vlm, images[size], questions[prompt], n_out, settings.device)
+                _record(meas, call, size, prompt, rep, settings.output_tokens)
+                progress and progress.update(1)
+    return meas
+
+
+def _reference(meas: dict, settings: ProfileSettings) -> dict:
+    size, prompt = settings.reference
+    rows = [r for r in meas["prefill"] if r["image_size"] == size and r["prompt_tokens"] == prompt]
+    vis = [r for r in meas["vision"] if r["image_size"] == size and r["prompt_tokens"] == prompt]
+    return {"image_size": size, "prompt_tokens": prompt,
+            "prefill_tokens": round(statistics.fmean(r["tokens"] for r in rows)),
+            "image_tokens": round(statistics.fmean(r["image_tokens"] for r in vis))}
+
+
+def model_entry(vlm, path: str, settings: ProfileSettings, progress=None) -> dict:
+    """Everything profile.json holds about one model: identity, raw measurements, fit, reference input."""
+    meas = measure_model(vlm, settings, progress)
+    fit = fit_components(dict(meas, decode=decode_points(meas["decode"])))
+    image_tokens = {str(r["image_size"]): r["image_tokens"] for r in meas["vision"]}
+    return {
+        "path": path, "parameters": sum(p.numel() for p in vlm.model.parameters()),
+        "model_type": vlm.model.config.model_type, "dtype": str(next(vlm.model.parameters()).dtype).removeprefix("torch."),
+        "image_tokens": image_tokens, "reference": _reference(meas, settings), "fit": fit, "measurements": meas,
+    }
+
+
+def _names(paths: list) -> list:
+    """Display names: folder basename or hub id, made unique with a #2, #3 suffix."""
+    out = []
+    for p in paths:
+        base = str(p).rstrip("/")
+        name = os.path.basename(base) if os.path.isdir(base) else base
+        k, cand = 2, name
+        while cand in out:
+            cand, k = f"{name}#{k}", k + 1
+        out.append(cand)
+    return out
+
+
+def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True) -> dict:
+    """Profile every model (path or hub id) in turn; returns the profile.json content, crossovers included."""
+    import datetime
+
+    from tqdm.auto import tqdm
+
+    from .latency_model import crossover_points
+    from .vlm import VLM
+
+    per_model = len(settings.image_sizes) * (1 + settings.repeats * len(settings.prompt_tokens))
+    bar = tqdm(total=per_model * len(models), desc="profile", unit="call", disable=not show_progress)
+    entries = {}
+    try:
+        for name, path in zip(_names(models), models):
+            bar.set_postfix_str(name)
+            vlm = VLM.from_pretrained(path, device=settings.device, dtype=settings.dtype)
+            entries[name] = model_entry(vlm, str(path), settings, bar)
+            logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
+            del vlm
+    finally:
+        bar.close()
+    profile = {
+        "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "settings": dataclasses.asdict(settings), "hardware": hardware_info(settings.device), "versions": versions(),
+        "models": entries,
+    }
+    profile["crossovers"] = crossover_points(profile) if len(entries) > 1 else []
+    return profile

@@ -18,7 +18,7 @@ import pandas as pd
 
 from routedvlm.router.decision import choose
 
-from .costs import realized_correct, realized_latency
+from .costs import Outcomes
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,11 @@ def sweep_tau(p: pd.DataFrame, costs: dict, fallback: str, df: pd.DataFrame, mod
     """Accuracy and mean realized latency of the decision rule at every tau (columns param, accuracy,
     mean_latency_ms)."""
     taus = tau_grid(p) if taus is None else np.asarray(taus, dtype=float)
+    outcomes = Outcomes(df, list(dict.fromkeys([*p.columns, fallback])), mode, paid_stages)
     rows = []
     for tau in taus:
-        chosen = choose(p, costs, float(tau), fallback)
-        rows.append((float(tau), realized_correct(df, chosen).mean(),
-                     realized_latency(df, chosen, mode, paid_stages).mean()))
+        ok, lat = outcomes.of(choose(p, costs, float(tau), fallback))
+        rows.append((float(tau), ok.mean(), lat.mean()))
     return pd.DataFrame(rows, columns=["param", "accuracy", "mean_latency_ms"])
 
 

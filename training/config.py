@@ -37,6 +37,8 @@ class TrainConfig:
     features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
                                           "small_direct) or prefixes ending in '*' (default: what the mode allows, "
                                           "without small_direct features)")
+    with_small_direct: bool = _f(False, "cascade: also use the features that need small_direct (it then runs "
+                                        "beside large_direct on every sample)")
     fallback: str | None = _f(None, "strategy used when no candidate reaches tau (default: large_reason if a "
                                     "candidate, else the most accurate candidate)")
     baseline_k: int = _f(64, "K of the fixed-K baselines (mutual verification, always-transfer); the nearest K "

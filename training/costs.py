@@ -79,21 +79,45 @@ def expected_costs(df: pd.DataFrame, strategies, mode: str, paid_stages=()) -> d
 
 def realized_latency(df: pd.DataFrame, strategies_chosen, mode: str, paid_stages=()) -> np.ndarray:
     """Per-row realized latency: paid stages + the chosen strategy's incremental cost."""
-    chosen = np.asarray(strategies_chosen, dtype=object)
-    if len(chosen) != len(df):
-        raise TrainingError(f"Got {len(chosen)} chosen strategies for {len(df)} rows.")
+    chosen = _chosen(df, strategies_chosen)
     total = paid_latency(df, mode, paid_stages)
     for s in pd.unique(chosen):
         mask = chosen == s
-        total[mask] += incremental_cost(df.loc[mask], s, mode, paid_stages)
+        total[mask] += incremental_cost(df, s, mode, paid_stages)[mask]
     return total
 
 
 def realized_correct(df: pd.DataFrame, strategies_chosen) -> np.ndarray:
     """Per-row correctness of the chosen strategy's answer."""
-    chosen = np.asarray(strategies_chosen, dtype=object)
+    chosen = _chosen(df, strategies_chosen)
     out = np.zeros(len(df), dtype=bool)
     for s in pd.unique(chosen):
         mask = chosen == s
-        out[mask] = df.loc[mask, f"correct__{s}"].to_numpy(dtype=bool)
+        out[mask] = df[f"correct__{s}"].to_numpy(dtype=bool)[mask]
     return out
+
+
+def _chosen(df: pd.DataFrame, strategies_chosen) -> np.ndarray:
+    chosen = np.asarray(strategies_chosen, dtype=object)
+    if len(chosen) != len(df):
+        raise TrainingError(f"Got {len(chosen)} chosen strategies for {len(df)} rows.")
+    return chosen
+
+
+class Outcomes:
+    """Correctness and realized latency of every strategy on every row, precomputed for fast sweeps."""
+
+    def __init__(self, df: pd.DataFrame, strategies, mode: str, paid_stages=()):
+        self.strategies = list(strategies)
+        self._index = pd.Index(self.strategies)
+        self.latency = (incremental_costs(df, self.strategies, mode, paid_stages).to_numpy()
+                        + paid_latency(df, mode, paid_stages)[:, None])
+        self.correct = np.stack([df[f"correct__{s}"].to_numpy(dtype=bool) for s in self.strategies], axis=1)
+        self._rows = np.arange(len(df))
+
+    def of(self, strategies_chosen) -> tuple[np.ndarray, np.ndarray]:
+        """(correct, latency) per row for the chosen strategy ids (all must be in `strategies`)."""
+        idx = self._index.get_indexer(np.asarray(strategies_chosen, dtype=object))
+        if (idx < 0).any():
+            raise TrainingError(f"Chosen strategies outside {self.strategies}.")
+        return self.correct[self._rows, idx], self.latency[self._rows, idx]

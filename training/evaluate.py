@@ -27,7 +27,7 @@ import pandas as pd
 from routedvlm.router.strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, parse_strategy, transfer_id
 
 from .calibrate import best_single_accuracy, pick_operating_point, sweep_tau
-from .costs import realized_correct, realized_latency
+from .costs import Outcomes, realized_correct, realized_latency
 
 ENTROPY_FEATURE = "feat__small_direct__first_token_entropy"
 AGREE_FEATURE = "feat__large_direct+small_direct__agree"
@@ -85,10 +85,10 @@ def _binary_chosen(p_ld: np.ndarray, threshold: float) -> np.ndarray:
 
 def binary_router_row(calib, test, p_ld_cal, p_ld_test, mode, paid, target, ref_acc_cal, ref) -> dict:
     def points(df, p):
-        out = []
-        for th in np.unique(np.concatenate([np.linspace(0, 1, 101), p, [1.01]])):
-            ch = _binary_chosen(p, th)
-            out.append((th, realized_correct(df, ch).mean(), realized_latency(df, ch, mode, paid).mean()))
+        outcomes, out = Outcomes(df, [LARGE_DIRECT, LARGE_REASON], mode, paid), []
+        for th in np.unique(np.concatenate([np.linspace(0, 1, 101), np.quantile(p, np.linspace(0, 1, 101)), [1.01]])):
+            ok, lat = outcomes.of(_binary_chosen(p, th))
+            out.append((th, ok.mean(), lat.mean()))
         return pd.DataFrame(out, columns=["param", "accuracy", "mean_latency_ms"])
 
     op = pick_operating_point(points(calib, p_ld_cal), target, ref_acc_cal)

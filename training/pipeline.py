@@ -1,0 +1,144 @@
+"""train-router as a library call: labels -> split -> fit -> calibrate tau -> evaluate -> router folder (+ MLflow).
+
+`train_router(config)` is what the CLI runs; tests call it (or the CLI) on synthetic labels.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from routedvlm.router.errors import ConfigError, TrainingError, one_of
+from routedvlm.router.decision import strategy_order
+from routedvlm.router.strategies import LARGE_REASON
+
+from .config import TrainConfig
+from .labels_io import content_hash, load_labels
+from .split import split_labels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    router: object  # LightGBMRouter
+    evaluation: dict
+    output_dir: Path
+    metadata: dict = field(default_factory=dict)
+    labels_hash: str = ""
+    tracking: dict = field(default_factory=dict)  # run_id, model_uri, version, champion
+    test: pd.DataFrame | None = None  # the test split (the champion is re-evaluated on it)
+    table: str = ""  # format_table(evaluation)
+
+
+def candidate_strategies(df: pd.DataFrame, wanted: list[str] | None) -> list[str]:
+    """Candidates in canonical order: `wanted`, or every strategy the labels hold; at least two."""
+    from .evaluate import label_strategies
+
+    present = label_strategies(df)
+    if wanted:
+        missing = [s for s in wanted if s not in present]
+        if missing:
+            raise ConfigError(f"`--strategies` names {missing}, which the labels do not hold; "
+                              f"the labels have {one_of(present)}.")
+        chosen = list(dict.fromkeys(wanted))
+    else:
+        chosen = present
+    if len(chosen) < 2:
+        raise TrainingError(f"train-router needs at least two candidate strategies to route between; the labels "
+                            f"have {present}. Label more strategies (routedvlm label --strategies ...).")
+    return sorted(chosen, key=strategy_order)
+
+
+def choose_fallback(train: pd.DataFrame, candidates: list[str], wanted: str | None) -> str:
+    if wanted:
+        if wanted not in candidates:
+            raise ConfigError(f"`--fallback` {wanted!r} must be a candidate strategy ({one_of(candidates)}).")
+        return wanted
+    if LARGE_REASON in candidates:
+        return LARGE_REASON
+    return max(candidates, key=lambda s: float(train[f"correct__{s}"].mean()))
+
+
+def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
+    correct = df[[f"correct__{s}" for s in candidates]].to_numpy(dtype=bool)
+    if not correct.any():
+        raise TrainingError(f"No candidate strategy is correct on any of the {len(df)} rows; there is nothing to "
+                            "route to. Check the scorer and the reference answers (routedvlm labels validate).")
+
+
+def _default_output_dir() -> Path:
+    return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
+    """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
+    from routedvlm.router.lightgbm_router import LightGBMRouter
+    from routedvlm.router.policy import Policy
+
+    from . import fit as fitmod
+    from .calibrate import calibrate_tau
+    from .costs import expected_costs
+    from .evaluate import evaluate, format_table
+
+    if labels is None:
+        labels, metadata = load_labels(config.data)
+    metadata = dict(metadata or {})
+    labels_hash = metadata.get("content_hash") or content_hash(labels)
+    candidates = candidate_strategies(labels, config.strategies)
+    _check_learnable(labels, candidates)
+    features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
+    features = fitmod.check_features(labels, features, config.allow_constant_features)
+    paid = fitmod.paid_stages_for(features, config.mode)
+    split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
+    log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
+    costs = expected_costs(split.train, candidates, config.mode, paid)
+    params = fitmod.lgb_params(config.num_leaves, config.learning_rate, config.seed)
+    boosters, constants = fitmod.fit_models(split.train, features, candidates,
+                                            num_boost_round=config.num_boost_round, params=params)
+    policy = Policy(
+        router_type="lightgbm", mode=config.mode, strategies=candidates, expected_cost_ms=costs,
+        paid_stages=paid, features=features, tau=0.5, fallback=choose_fallback(split.train, candidates, config.fallback),
+        target=config.target, training_data_hash=labels_hash,
+        params={"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round},
+                "split": {**split.sizes(), "seed": config.seed}},
+    )
+    router = LightGBMRouter(policy, boosters)
+    p_cal = router.predict_proba(split.calibration)
+    op = calibrate_tau(p_cal, router._costs, policy.fallback, split.calibration, config.mode, paid,
+                       config.target, candidates)
+    policy.tau = op.param
+    evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
+    evaluation["split"] = split.sizes()
+    policy.metrics = _policy_metrics(evaluation)
+    out = Path(config.output_dir) if config.output_dir else _default_output_dir()
+    _write_outputs(router, evaluation, out)
+    return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
+
+
+def _policy_metrics(ev: dict) -> dict:
+    learned = ev["rows"][-1]
+    return {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
+            "test_p90_latency_ms": learned["p90_latency_ms"], "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"],
+            "test_utility": ev["utility"], "test_target_met": ev["target_met_test"], "auc": ev["auc"],
+            "calibration_accuracy": ev["calibration"]["accuracy"],
+            "calibration_mean_latency_ms": ev["calibration"]["mean_latency_ms"]}
+
+
+def _write_outputs(router, evaluation: dict, out: Path) -> None:
+    from .plot import plot_curve
+
+    out.mkdir(parents=True, exist_ok=True)
+    router.save(out / "router")
+    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=_jsonable) + "\n")
+    plot_curve(evaluation, out / "curve.png")
+
+
+def _jsonable(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

@@ -1,0 +1,128 @@
+"""MLflow for train-router: one run per training (params, metrics, evaluation, plot, labels as a dataset
+input, the router as a pyfunc model), registration under a name, and the `champion` alias.
+
+Champion rule: the new version takes `champion` when there is none, with `--promote`, or when its test
+utility (training/evaluate.py: speed-up at a met accuracy target, or accuracy within a latency budget)
+beats the current champion's utility measured by running the champion on the SAME test rows under the SAME
+target. If the champion cannot run on these labels (other features), the champion's logged `test_utility` is
+used when it was trained on labels with the same content hash; otherwise the alias is left alone.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def _flat_params(config, result) -> dict:
+    params = {f"train.{k}": (",".join(v) if isinstance(v, list) else v) for k, v in config.to_dict().items()}
+    params["labels.content_hash"] = result.labels_hash
+    for key, value in sorted(result.metadata.items()):
+        if key != "content_hash":
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+            params[f"labels.{key}"] = text[:500]
+    policy = result.router.policy
+    params.update({"policy.tau": policy.tau, "policy.fallback": policy.fallback, "policy.mode": policy.mode,
+                   "policy.paid_stages": ",".join(policy.paid_stages), "policy.n_features": len(policy.features),
+                   "policy.strategies": ",".join(policy.strategies)})
+    return {k: ("" if v is None else v) for k, v in params.items()}
+
+
+def _metrics(ev: dict) -> dict:
+    out = {"test_utility": ev["utility"], "test_target_met": float(ev["target_met_test"]), "auc": ev["auc"],
+           "auc_single_strategies": ev["auc_single_strategies"]}
+    for row in ev["rows"]:
+        key = "learned" if row["kind"] == "learned" else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_")
+        for m in ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason"):
+            if row[m] is not None:
+                out[f"{key}.{m}"] = row[m]
+    return out
+
+
+def champion_utility(name: str, result) -> tuple[float | None, str]:
+    """(utility of the current champion on this run's test rows, how it was obtained); (None, why) if unknown."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from routedvlm.router.errors import RoutedVLMError
+    from routedvlm.router.load import load_router
+    from routedvlm.router.tracking import CHAMPION_ALIAS
+
+    from .costs import realized_correct, realized_latency
+    from .evaluate import summarize, utility
+
+    client = MlflowClient()
+    try:
+        mv = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+    except MlflowException:
+        return None, "no champion yet"
+    ev, test = result.evaluation, result.test
+    try:
+        champ = load_router(f"models:/{name}@{CHAMPION_ALIAS}")
+        chosen = champ.decide_with_tau(test, champ.policy.tau)
+        p = champ.policy
+        row = summarize("champion", "champion", realized_correct(test, chosen),
+                        realized_latency(test, chosen, p.mode, p.paid_stages), chosen,
+                        _ref_latency(ev))
+        return utility(row, ev["target"], ev["reference_accuracy_test"]), f"version {mv.version} re-evaluated on this test split"
+    except (RoutedVLMError, KeyError) as exc:
+        log.warning("cannot run the champion (version %s) on these labels: %s", mv.version, exc)
+    run = client.get_run(mv.run_id) if mv.run_id else None
+    if run and run.data.tags.get("routedvlm.labels_hash") == result.labels_hash and "test_utility" in run.data.metrics:
+        return run.data.metrics["test_utility"], f"version {mv.version} logged utility on the same labels"
+    return float("inf"), f"version {mv.version} is not comparable on these labels (use --promote)"
+
+
+def _ref_latency(ev: dict) -> float | None:
+    rows = [r for r in ev["rows"] if r["kind"] == "single" and r["name"] == "large_reason"]
+    return rows[0]["mean_latency_ms"] if rows else None
+
+
+def track(config, result, labels_df) -> dict:
+    """Log the run, register the router (unless --no-register) and update the champion alias."""
+    import mlflow
+
+    from routedvlm.router.mlflow_model import log_router_model
+    from routedvlm.router.tracking import CHAMPION_ALIAS, get_or_create_experiment, setup_mlflow
+
+    uri = setup_mlflow(config.tracking_uri)
+    exp_id = get_or_create_experiment(config.experiment, uri)
+    out = {"tracking_uri": uri, "experiment_id": exp_id}
+    with mlflow.start_run(experiment_id=exp_id) as run:
+        out["run_id"] = run.info.run_id
+        mlflow.set_tags({"routedvlm.labels_hash": result.labels_hash, "routedvlm.router_type": "lightgbm",
+                         "routedvlm.target": json.dumps(result.evaluation["target"])})
+        mlflow.log_params(_flat_params(config, result))
+        mlflow.log_metrics(_metrics(result.evaluation))
+        mlflow.log_artifact(str(result.output_dir / "evaluation.json"))
+        mlflow.log_artifact(str(result.output_dir / "curve.png"))
+        mlflow.log_text(result.table, "evaluation.txt")
+        mlflow.log_dict(result.metadata, "labels_metadata.json")
+        dataset = mlflow.data.from_pandas(labels_df, source=result.metadata.get("source_path") or "in-memory",
+                                          name="labels", digest=result.labels_hash[:16])
+        mlflow.log_input(dataset, context="training")
+        name = None if config.no_register else config.register_as
+        info = log_router_model(result.output_dir / "router", name="router", registered_model_name=name)
+        out["model_uri"] = info.model_uri
+    if name:
+        out.update(_register(config, result, info, CHAMPION_ALIAS))
+    return out
+
+
+def _register(config, result, info, alias: str) -> dict:
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    version = str(info.registered_model_version)
+    name = config.register_as
+    mine = result.evaluation["utility"]
+    client.set_model_version_tag(name, version, "routedvlm.labels_hash", result.labels_hash)
+    client.set_model_version_tag(name, version, "routedvlm.test_utility", f"{mine:.6g}")
+    theirs, how = champion_utility(name, result)
+    if config.promote or theirs is None or mine > theirs:
+        why = "--promote" if config.promote else (how if theirs is None else f"utility {mine:.4g} > {theirs:.4g} ({how})")
+        client.set_registered_model_alias(name, alias, version)
+        return {"registered_as": name, "version": version, "champion": True, "champion_reason": why}
+    why = f"utility {mine:.4g} <= champion's {theirs:.4g} ({how})"
+    return {"registered_as": name, "version": version, "champion": False, "champion_reason": why}

@@ -1,0 +1,76 @@
+"""`train-router` / `routedvlm train`: argparse built from TrainConfig; progress on stderr, the table on stdout.
+
+Exit codes: 0 trained (and registered unless --no-register); 2 bad input or configuration (nothing registered).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import MISSING, fields
+
+from .config import TrainConfig
+
+EPILOG = """example:
+  train-router --data labels.parquet --target-accuracy 0.98
+  train-router --data labels.parquet --mode one-shot --max-latency-ms 800 --no-register
+  mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db   # browse runs and registered routers
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="train-router", description="Train a router from labels.parquet: fit, calibrate tau, evaluate "
+        "against baselines, log to MLflow and register it.", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = str(f.type)
+        default = None if f.default is MISSING else f.default
+        help_text = f.metadata.get("help", "")
+        if kind == "bool":
+            parser.add_argument(flag, action="store_true", help=help_text)
+            continue
+        conv = float if "float" in kind else int if kind.startswith("int") else str
+        kw = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
+        shown = f" (default: {default})" if default not in (None, False) else ""
+        parser.add_argument(flag, type=conv, default=default, help=help_text + shown, **kw)
+    return parser
+
+
+def _progress(msg: str) -> None:
+    print(f"[train-router] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, train, print the evaluation table; RoutedVLMError propagates to the dispatcher (exit 2)."""
+    import logging
+
+    args = build_parser().parse_args(argv)
+    config = TrainConfig(**vars(args))
+    logging.basicConfig(level=logging.WARNING, format="[train-router] %(levelname)s %(message)s")
+    from .labels_io import load_labels
+    from .pipeline import train_router
+
+    t0 = time.perf_counter()
+    labels, metadata = load_labels(config.data)
+    where = "the embedded toy labels " if metadata.get("embedded") else ""
+    _progress(f"read {len(labels)} labelled samples from {where}{metadata['source_path']}")
+    result = train_router(config, labels, metadata)
+    ev = result.evaluation
+    _progress(f"trained {len(result.router.policy.strategies)} strategy models on {ev['split']['train']} rows; "
+              f"tau={ev['tau']:.3f} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "
+              f"{ev['calibration']['mean_latency_ms']:.0f} ms) in {time.perf_counter() - t0:.1f}s")
+    print(result.table)
+    print(f"router: {result.output_dir / 'router'}  (evaluation.json, curve.png beside it)")
+    if not config.no_mlflow:
+        from .tracking import track
+
+        _progress("logging to MLflow ...")
+        info = track(config, result, labels)
+        print(f"mlflow run {info['run_id']} at {info['tracking_uri']}")
+        if "version" in info:
+            state = "champion" if info["champion"] else "not champion"
+            print(f"registered {info['registered_as']} version {info['version']} ({state}: {info['champion_reason']})")
+            print(f"load it with: load_router('models:/{info['registered_as']}/{info['version']}')")
+    return 0

@@ -1,1 +1,27 @@
-"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM, server."""
+"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM, server.
+
+Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "VLM": "vlm",
+    "CollaborativePipeline": "pipeline",
+    "PipelineConfig": "pipeline_parts",
+    "Result": "pipeline_parts",
+    "MutualVerification": "policies",
+    "SELECTORS": "selectors",
+    "Generation": "generation",
+    "build_tiny_vlm": "tiny",
+    "build_tiny_pair": "tiny",
+    "PromptConfig": "prompts",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

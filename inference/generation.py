@@ -1,0 +1,195 @@
+"""Timed greedy generation with the vision encoder, prefill and decode measured separately.
+
+`timed_generate` wraps `model.generate`: image features are computed first (timed as `vision_ms`) and
+passed back in; a logits processor stamps the time of every step, so `prefill_ms` is the time to the
+first logits and `token_times_ms[i]` the decode time (after prefill) at which token i was chosen.
+`prefill_prefix` / `continue_from` cache a prompt prefix once and continue several suffixes from copies
+of it, saving and restoring the Qwen-VL position offset (`model.model.rope_deltas`) per prefix.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from dataclasses import dataclass, field
+
+_PIXEL_KEYS = ("pixel_values", "pixel_values_images")
+
+
+@dataclass
+class Generation:
+    """One generate call. Times in ms; `token_times_ms[i]` is cumulative decode time when token i was chosen
+    (0 for the first token, which comes out of the prefill). Tensors (`first_logits`, `cache`) are not
+    serialised by `to_dict`."""
+
+    token_ids: list
+    token_logprobs: list
+    first_token_entropy: float
+    token_times_ms: list
+    vision_ms: float
+    prefill_ms: float
+    decode_ms: float
+    prefill_tokens: int
+    cached_tokens: int
+    first_logits: object = field(default=None, repr=False)
+    cache: object = field(default=None, repr=False)
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "token_ids", "token_logprobs", "first_token_entropy", "token_times_ms", "vision_ms",
+            "prefill_ms", "decode_ms", "prefill_tokens", "cached_tokens")} | {"output_tokens": self.output_tokens}
+
+
+class _StepRecorder:
+    """A logits processor that records the time, the greedy log-probability and the first logits of each step."""
+
+    def __init__(self, sync):
+        self.sync = sync
+        self.times, self.logprobs, self.first_logits, self.entropy = [], [], None, float("nan")
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.sync is not None:
+            self.sync()
+        self.times.append(time.perf_counter())
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        if self.first_logits is None:
+            self.first_logits = scores.detach().float().clone()
+            finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
+            self.entropy = -(logp.exp() * finite).sum(-1)
+        self.logprobs.append(logp.max(dim=-1).values)
+        return scores
+
+
+def _sync_fn(model):
+    import torch
+
+    dev = next(model.parameters()).device
+    return (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else None
+
+
+def encode_images(model, inputs: dict):
+    """Run the vision encoder alone: returns (inputs without pixels, mm_encoder_outputs or None, vision_ms)."""
+    import torch
+
+    if not any(k in inputs for k in _PIXEL_KEYS) or "mm_encoder_outputs" not in inspect.signature(model.forward).parameters:
+        return dict(inputs), None, 0.0
+    fn = model.base_model.get_image_features
+    names = [k for k in inspect.signature(fn).parameters if k != "kwargs" and k in inputs]
+    sync = _sync_fn(model)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        feats = fn(**{k: inputs[k] for k in names}, return_dict=True)
+    if sync:
+        sync()
+    ms = (time.perf_counter() - t0) * 1000
+    rest = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}
+    return rest, {"image": feats}, ms
+
+
+def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: int = 0, cache=None,
+                   eos_token_id=None) -> Generation:
+    """Greedy generation of up to `max_new_tokens` tokens from `inputs` (a processor output as a dict).
+
+    `cache`: a cache already holding a prefix of `inputs["input_ids"]` (it is mutated: pass a copy to
+    branch); only the uncached tail is prefilled. Without one, a fresh DynamicCache is used and returned
+    in `Generation.cache`.
+    """
+    import torch
+    from transformers import DynamicCache, LogitsProcessorList
+
+    cached = 0 if cache is None else cache.get_seq_length()
+    if cache is None:
+        cache = DynamicCache(config=model.config.get_text_config())
+    vision_ms, mm = 0.0, None
+    if cached == 0:
+        inputs, mm, vision_ms = encode_images(model, inputs)
+    else:
+        inputs = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}
+    rec = _StepRecorder(_sync_fn(model))
+    extra = {"mm_encoder_outputs": mm} if mm is not None else {}
+    if eos_token_id is not None:
+        extra["eos_token_id"] = eos_token_id
+    n_in = inputs["input_ids"].shape[1]
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(
+            **inputs, **extra, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+            do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([rec]),
+            return_dict_in_generate=True,
+        )
+    t_end = time.perf_counter()
+    ids = out.sequences[0, n_in:].tolist()
+    first = rec.times[0] if rec.times else t_end
+    logprobs = torch.stack(rec.logprobs).flatten().tolist()[: len(ids)] if rec.logprobs else []
+    return Generation(
+        token_ids=ids, token_logprobs=logprobs, first_token_entropy=float(rec.entropy),
+        token_times_ms=[(t - first) * 1000 for t in rec.times[: len(ids)]], vision_ms=vision_ms,
+        prefill_ms=(first - t0) * 1000, decode_ms=(t_end - first) * 1000, prefill_tokens=n_in - cached,
+        cached_tokens=cached, first_logits=rec.first_logits, cache=cache,
+    )
+
+
+@dataclass
+class PrefixState:
+    """A cached prompt prefix of one model: token ids, the KV cache and the Qwen-VL rope offset it needs."""
+
+    input_ids: object
+    cache: object
+    rope_deltas: object
+    vision_ms: float
+    prefill_ms: float
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[1])
+
+
+def _rope_owner(model):
+    inner = getattr(model, "model", None)
+    return inner if inner is not None and hasattr(inner, "rope_deltas") else None
+
+
+def prefill_prefix(model, inputs: dict, n_tokens: int) -> PrefixState:
+    """Encode the image and prefill the first `n_tokens` prompt tokens once; returns the reusable state."""
+    sliced = {k: (v[:, :n_tokens] if k in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids") else v)
+              for k, v in inputs.items()}
+    gen = timed_generate(model, sliced, max_new_tokens=1)
+    owner = _rope_owner(model)
+    deltas = None if owner is None or owner.rope_deltas is None else owner.rope_deltas.clone()
+    return PrefixState(sliced["input_ids"], gen.cache, deltas, gen.vision_ms, gen.prefill_ms)
+
+
+def common_prefix_len(a, b) -> int:
+    """Length of the longest common prefix of two token id sequences (lists or 1-row tensors)."""
+    a = a[0].tolist() if hasattr(a, "dim") else list(a)
+    b = b[0].tolist() if hasattr(b, "dim") else list(b)
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def continue_from(model, prefix: PrefixState, inputs: dict, *, max_new_tokens: int, min_new_tokens: int = 0,
+                  restore_rope: bool = True, eos_token_id=None) -> Generation:
+    """Generate from `inputs` (full prompt ids, no pixels needed) reusing a copy of the prefix cache.
+
+    The prefix cache is cropped back if the prompt diverges inside it (at least one token is always
+    prefilled). `restore_rope=False` exists only for the stale-state negative-control test.
+    """
+    n = min(common_prefix_len(prefix.input_ids, inputs["input_ids"]), inputs["input_ids"].shape[1] - 1)
+    cache = copy.deepcopy(prefix.cache)
+    if n < cache.get_seq_length():
+        cache.crop(-(cache.get_seq_length() - n))
+    owner = _rope_owner(model)
+    if restore_rope and owner is not None:
+        owner.rope_deltas = None if prefix.rope_deltas is None else prefix.rope_deltas.clone()
+    return timed_generate(model, inputs, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                          eos_token_id=eos_token_id)

@@ -1,0 +1,214 @@
+"""The collaborative pipeline: every strategy of DESIGN.md on one image + question, with both models resident.
+
+`run` executes one strategy; `escalate` continues a `large_direct` result from the large model's cached
+image+question prefix with kept reasoning tokens appended (two-stage decoding); `run_many` runs several
+strategies for one sample sharing work (one small reasoning run, one large prefix prefill).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
+
+from .inputs import check_keep_tokens, make_request
+from .pipeline_parts import PipelineConfig, Result, parallel
+from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
+from .stages import LargePrompt, finish_answer, record, run_direct, run_reasoning
+
+logger = logging.getLogger(__name__)
+__all__ = ["CollaborativePipeline", "PipelineConfig", "Result"]
+
+
+class CollaborativePipeline:
+    """Run strategies with a small and a large `VLM` (instances or checkpoint paths).
+
+    selector: "prefix", "suffix" or "attention" (see selectors.py); k_grid: the K values `run_many` uses by
+    default. Generation is greedy; `max_direct_tokens`, `max_reason_tokens`, `min_new_tokens` (answers) and
+    `min_reason_tokens` (reasoning) are set on `config` (a PipelineConfig) or as keyword arguments.
+    """
+
+    def __init__(self, small, large, selector: str = "prefix", k_grid=DEFAULT_K_GRID, config: PipelineConfig | None = None,
+                 **config_kwargs):
+        from .vlm import VLM
+
+        self.selector_name = selector
+        self.selector = get_selector(selector)
+        self.k_grid = parse_k_grid(k_grid)
+        self.config = config or PipelineConfig(**config_kwargs)
+        self.small = small if isinstance(small, VLM) else VLM.from_pretrained(small)
+        self.large = large if isinstance(large, VLM) else VLM.from_pretrained(large)
+
+    @property
+    def concurrent(self) -> bool:
+        """Stage-one calls of both models run in two threads when the models sit on different devices."""
+        return self.small.device != self.large.device
+
+    # ----- single strategies -------------------------------------------------------------------------------
+    def run(self, image=None, question=None, strategy: str = LARGE_DIRECT, *, messages=None) -> Result:
+        """Run one strategy id on an image (PIL or path) and a question, or on HF chat `messages`."""
+        strat = parse_strategy(strategy)
+        return self._run_req(make_request(image, question, messages), strat)
+
+    def _run_req(self, req, strat) -> Result:
+        cfg = self.config
+        if strat.id in ("small_direct",):
+            gen, ans, rec = run_direct(self.small, "small", req, cfg)
+            return Result(ans, strat.id, None, None, [rec], gen)
+        if strat.id == LARGE_DIRECT:
+            return self._large_direct(req, LargePrompt(self.large, req, cfg))
+        if strat.id in ("small_reason", "large_reason"):
+            side = self.small if strat.id == "small_reason" else self.large
+            rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
+            res = Result(rr.answer, strat.id, None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
+                         reasoning_generation=rr.gen)
+            res._reasoning_run = rr if strat.id == "small_reason" else None
+            return res
+        rr = run_reasoning(self.small, "small", req, cfg, self._reason_budget([strat.keep_tokens]))
+        lp = LargePrompt(self.large, req, cfg) if self.selector_name in NEEDS_ATTENTION else None
+        return self._transfer(req, strat.keep_tokens, rr, lp, stage="large_transfer", base_trace=[])
+
+    def _large_direct(self, req, lp: LargePrompt) -> Result:
+        gen, ans, rec = lp.answer(lp.direct_text, LARGE_DIRECT)
+        res = Result(ans, LARGE_DIRECT, None, None, [dict(lp.prefix_record), rec], gen)
+        res._large = lp
+        return res
+
+    def _reason_budget(self, ks) -> int:
+        full = any(k is None for k in ks) or self.selector_name in NEEDS_FULL_REASONING
+        return self.config.max_reason_tokens if full else min(max(ks), self.config.max_reason_tokens)
+
+    def _select(self, rr, k, lp):
+        """(kept text, number of kept tokens, extra trace records) for K (None = all reasoning)."""
+        if k is None:
+            return rr.reasoning_text, len(rr.reasoning_ids), []
+        if self.selector_name in NEEDS_ATTENTION:
+            ids, scores, rec = lp.attention_scores(rr.reasoning_text)
+            idx = self.selector(len(ids), k, scores)
+            return self.large.decode([ids[i] for i in idx]), len(idx), [rec]
+        idx = self.selector(len(rr.reasoning_ids), k)
+        return rr.vlm.decode([rr.reasoning_ids[i] for i in idx]), len(idx), []
+
+    def _transfer(self, req, k, rr, lp, *, stage, base_trace, small_records=None) -> Result:
+        kept, n_kept, sel_records = self._select(rr, k, lp)
+        small_records = list(rr.records) if small_records is None else small_records
+        if lp is None:  # one-stage, cold: the large model encodes image + question + kept tokens at once
+            from .generation import timed_generate
+
+            text = self.large.render(req.messages(self.large.prompts.transfer_question(req.question, kept)), "direct")
+            gen = timed_generate(self.large.model, self.large.encode(req.image, text),
+                                 max_new_tokens=self.config.max_direct_tokens, min_new_tokens=self.config.min_new_tokens)
+            ans, rec = self.large.clean_answer(gen.token_ids), record(stage, "large", self.large, self.large.mode_name("direct"), gen)
+            pre = []
+        else:
+            gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
+            pre = [] if base_trace else [dict(lp.prefix_record)]
+        rec["keep_tokens"] = n_kept
+        trace = [*base_trace, *small_records, *pre, *sel_records, rec]
+        res = Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
+                     reasoning_generation=rr.gen)
+        res._reasoning_run = rr
+        return res
+
+    # ----- two-stage decoding ------------------------------------------------------------------------------
+    def escalate(self, result: Result, keep_tokens: int | None, *, reasoning: Result | None = None,
+                 restore_rope: bool = True) -> Result:
+        """Continue a `large_direct` result from its cached image+question prefix with K kept reasoning tokens.
+
+        The image is not encoded again and the prompt is not prefilled again; only the kept tokens and the
+        rest of the answer template are. keep_tokens: K (a positive int) or None for all reasoning tokens.
+        reasoning: a `small_reason` Result whose reasoning is reused (else the small model reasons now).
+        The answer equals `run(..., "transfer_<K>")` for the same sample.
+        """
+        if keep_tokens is not None:
+            check_keep_tokens(keep_tokens)
+        lp = getattr(result, "_large", None)
+        if result.strategy != LARGE_DIRECT or lp is None:
+            raise InputError(
+                f"escalate needs a 'large_direct' Result from this pipeline's run/run_many. Got a {result.strategy!r} "
+                "result instead; run strategy 'large_direct' first."
+            )
+        rr = getattr(reasoning, "_reasoning_run", None) if reasoning is not None else None
+        fresh = rr is None
+        if fresh:
+            rr = run_reasoning(self.small, "small", lp.request, self.config, self._reason_budget([keep_tokens]))
+        lp_restore = lp if restore_rope else _NoRestore(lp)
+        res = self._transfer(lp.request, keep_tokens, rr, lp_restore, stage="escalate", base_trace=list(result.trace),
+                             small_records=list(rr.records) if fresh else [])
+        return res
+
+    # ----- shared work -------------------------------------------------------------------------------------
+    def run_many(self, image=None, question=None, strategies=None, *, messages=None) -> dict:
+        """Run several strategies on one sample, sharing work; returns {strategy id: Result}.
+
+        Shared: the small model reasons ONCE, as far as the largest K needs (in full for `transfer_all`,
+        `small_reason`, or the suffix/attention selectors); the large model's image+question prefix is
+        prefilled ONCE (stage `large_prefix`) and `large_direct` and every `transfer_<K>` continue from a copy.
+        Every Result's trace lists the stages its answer used; shared records carry `"shared": True`.
+        Standalone latency of a strategy = sum over its trace of vision_ms + prefill_ms + decode_ms, where the
+        small reasoning record of a `transfer_<K>` result under the prefix selector is already truncated to K
+        tokens (`decode_ms` = reasoning_generation.token_times_ms[K-1], `decode_tokens` = K, `"composed": True`).
+        Transfer stages here reuse the prefix (`cached_tokens` > 0); the one-stage cold cost of
+        `run(transfer_<K>)` is that stage's cost plus the `large_prefix` record's.
+        """
+        ids = list(strategies) if strategies is not None else default_strategies(self.k_grid)
+        strats = [parse_strategy(s) for s in ids]
+        req, cfg = make_request(image, question, messages), self.config
+        kinds = {s.id for s in strats}
+        transfers = [s.keep_tokens for s in strats if s.is_transfer]
+        need_large = LARGE_DIRECT in kinds or bool(transfers)
+        budget = cfg.max_reason_tokens if "small_reason" in kinds else (self._reason_budget(transfers) if transfers else 0)
+        jobs = {}
+        if budget:
+            jobs["rr"] = lambda: run_reasoning(self.small, "small", req, cfg, budget)
+        if need_large:
+            jobs["lp"] = lambda: LargePrompt(self.large, req, cfg)
+        done = parallel(jobs, self.concurrent)
+        rr, lp = done.get("rr"), done.get("lp")
+        out = {}
+        for s in strats:
+            if s.id == "small_direct":
+                out[s.id] = self._run_req(req, s)
+            elif s.id == LARGE_DIRECT:
+                out[s.id] = self._large_direct(req, lp)
+                out[s.id].trace[0]["shared"] = True
+            elif s.id == "small_reason":
+                done_rr = finish_answer(rr, cfg)
+                out[s.id] = Result(done_rr.answer, s.id, None, rr.reasoning_text, _shared(done_rr.records),
+                                   done_rr.answer_gen or rr.gen, reasoning_generation=rr.gen)
+                out[s.id]._reasoning_run = rr
+            elif s.id == "large_reason":
+                out[s.id] = self._run_req(req, s)
+            else:
+                small_recs = _small_records_for(rr, s.keep_tokens, self.selector_name)
+                res = self._transfer(req, s.keep_tokens, rr, lp, stage="large_transfer", base_trace=[],
+                                     small_records=small_recs)
+                res.trace = [{**r, "shared": True} if r["stage"] == "large_prefix" else r for r in res.trace]
+                out[s.id] = res
+        return out
+
+
+def _shared(records):
+    return [{**r, "shared": True} for r in records]
+
+
+def _small_records_for(rr, k, selector):
+    """The small reasoning record as the standalone `transfer_<k>` would have paid it."""
+    rec = dict(rr.records[0], shared=True)
+    if k is not None and selector == "prefix" and rr.gen.output_tokens > k:
+        rec.update(decode_ms=round(rr.gen.token_times_ms[k - 1], 3), decode_tokens=k, composed=True)
+    return [rec]
+
+
+class _NoRestore:
+    """A LargePrompt view that continues without restoring rope_deltas (stale-state negative control only)."""
+
+    def __init__(self, lp):
+        self._lp = lp
+
+    def __getattr__(self, name):
+        return getattr(self._lp, name)
+
+    def answer(self, text, stage):
+        return self._lp.answer(text, stage, restore_rope=False)

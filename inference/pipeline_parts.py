@@ -1,0 +1,93 @@
+"""The pipeline's settings (`PipelineConfig`), its output (`Result`) and the two-device concurrency helper."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from routedvlm.router.errors import ConfigError
+
+
+@dataclass
+class PipelineConfig:
+    """Generation settings of a CollaborativePipeline (decoding is greedy throughout)."""
+
+    max_direct_tokens: int = field(default=32, metadata={"help": "max new tokens of a short (direct) answer"})
+    max_reason_tokens: int = field(default=512, metadata={"help": "max new tokens of a reasoning run"})
+    min_new_tokens: int = field(default=0, metadata={"help": "min new tokens of an answer (random tiny models stop at once without it)"})
+    min_reason_tokens: int = field(default=0, metadata={"help": "min new tokens of a reasoning run"})
+
+    def __post_init__(self):
+        for name in ("max_direct_tokens", "max_reason_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"The `{name}` field of PipelineConfig must be a positive integer. Got {value!r} instead.")
+        for name in ("min_new_tokens", "min_reason_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"The `{name}` field of PipelineConfig must be an integer >= 0. Got {value!r} instead.")
+        if self.min_new_tokens > self.max_direct_tokens:
+            raise ConfigError(
+                f"`min_new_tokens` ({self.min_new_tokens}) must not exceed `max_direct_tokens` ({self.max_direct_tokens})."
+            )
+
+
+@dataclass
+class Result:
+    """The outcome of one strategy on one sample.
+
+    answer: final answer text (reasoning stripped); strategy: the strategy id; keep_tokens: how many reasoning
+    tokens were transferred (None when nothing was); reasoning: the small model's reasoning text when it ran
+    (the large model's for `large_reason`); trace: stage records (JSON-serialisable dicts, see stages.record);
+    generation: the answering `Generation` (answer token ids, `token_logprobs`, `first_token_entropy`,
+    `token_times_ms`); reasoning_generation: the reasoning run's Generation (its `token_times_ms` compose the
+    latency of reasoning truncated at K tokens); kept_text: the transferred reasoning text.
+    """
+
+    answer: str
+    strategy: str
+    keep_tokens: int | None
+    reasoning: str | None
+    trace: list
+    generation: object = field(default=None, repr=False)
+    reasoning_generation: object = field(default=None, repr=False)
+    kept_text: str | None = None
+    _large: object = field(default=None, repr=False)
+    _reasoning_run: object = field(default=None, repr=False)
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens the answering model generated in its final stage (reasoning included for *_reason)."""
+        n = self.generation.output_tokens if self.generation is not None else 0
+        if self.strategy.endswith("_reason") and self.reasoning_generation is not None and self.reasoning_generation is not self.generation:
+            n += self.reasoning_generation.output_tokens
+        return n
+
+    @property
+    def token_logprobs(self) -> list:
+        return list(self.generation.token_logprobs) if self.generation is not None else []
+
+    @property
+    def first_token_entropy(self) -> float:
+        return self.generation.first_token_entropy if self.generation is not None else float("nan")
+
+    @property
+    def latency_ms(self) -> float:
+        """Sum over the trace of vision + prefill + decode time."""
+        return sum(r["vision_ms"] + r["prefill_ms"] + r["decode_ms"] for r in self.trace)
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable view (no tensors)."""
+        return {
+            "answer": self.answer, "strategy": self.strategy, "keep_tokens": self.keep_tokens,
+            "reasoning": self.reasoning, "kept_text": self.kept_text, "trace": [dict(r) for r in self.trace],
+            "output_tokens": self.output_tokens, "generation": self.generation.to_dict() if self.generation else None,
+        }
+
+
+def parallel(jobs: dict, concurrent: bool) -> dict:
+    """Run named zero-argument callables; in two threads when `concurrent` (models on different devices)."""
+    if not concurrent or len(jobs) < 2:
+        return {name: fn() for name, fn in jobs.items()}
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {name: pool.submit(fn) for name, fn in jobs.items()}
+        return {name: fut.result() for name, fut in futures.items()}

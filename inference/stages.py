@@ -1,0 +1,185 @@
+"""The pipeline's stages: a direct answer, a reasoning run, and the large model's cached prompt prefix.
+
+Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
+`stage`, `model`, `checkpoint`, `mode`, `vision_ms`, `prefill_ms`, `prefill_tokens`, `cached_tokens`,
+`decode_ms`, `decode_tokens`.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from .generation import Generation, common_prefix_len, continue_from, prefill_prefix, timed_generate
+
+
+def record(stage: str, side: str, vlm, mode: str, gen: Generation, **extra) -> dict:
+    """A trace record for one generate call of `side` ("small"/"large")."""
+    return {
+        "stage": stage, "model": side, "checkpoint": vlm.name, "mode": mode,
+        "vision_ms": round(gen.vision_ms, 3), "prefill_ms": round(gen.prefill_ms, 3),
+        "prefill_tokens": int(gen.prefill_tokens), "cached_tokens": int(gen.cached_tokens),
+        "decode_ms": round(gen.decode_ms, 3), "decode_tokens": int(gen.output_tokens), **extra,
+    }
+
+
+def run_direct(vlm, side: str, request, cfg) -> tuple[Generation, str, dict]:
+    """A short answer in direct mode (thinking off): (generation, answer, trace record)."""
+    text = vlm.render(request.messages(), "direct")
+    gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
+                         min_new_tokens=cfg.min_new_tokens)
+    return gen, vlm.clean_answer(gen.token_ids), record(f"{side}_direct", side, vlm, vlm.mode_name("direct"), gen)
+
+
+@dataclass
+class ReasoningRun:
+    """One reasoning-mode run of a side: the reasoning tokens and, when it got that far, its answer."""
+
+    vlm: object
+    side: str
+    gen: Generation
+    prompt_ids: object
+    reasoning_ids: list
+    reasoning_text: str
+    answer: str | None
+    records: list = field(default_factory=list)
+    answer_gen: Generation | None = None
+
+
+def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int) -> ReasoningRun:
+    """Reason for at most `max_tokens` tokens (`side_vlm.reasoning_side()` serves the mode)."""
+    vlm = side_vlm.reasoning_side()
+    question = vlm.question_for(request.question, "reason")
+    inputs = vlm.encode(request.image, vlm.render(request.messages(question), "reason"))
+    gen = timed_generate(vlm.model, inputs, max_new_tokens=max_tokens,
+                         min_new_tokens=min(cfg.min_reason_tokens, max_tokens))
+    rids, rtext, answer = vlm.split_reasoning(gen.token_ids)
+    rec = record(f"{side}_reason", side, vlm, vlm.mode_name("reason"), gen, reasoning_tokens=len(rids))
+    run = ReasoningRun(vlm, side, gen, inputs["input_ids"], rids, rtext, answer, [rec])
+    run._inputs, run._rope = inputs, _rope(vlm.model)
+    return run
+
+
+def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
+    """Make sure a reasoning run has an answer: if it stopped inside its reasoning, close it and decode one."""
+    if run.answer is not None:
+        return run
+    import torch
+
+    from .generation import PrefixState
+
+    vlm, gen = run.vlm, run.gen
+    body = gen.token_ids if gen.token_ids and gen.token_ids[-1] not in vlm._eos_ids() else gen.token_ids[:-1]
+    close = vlm.text_ids(vlm.close_text())
+    dev = run.prompt_ids.device
+    ids = torch.cat([run.prompt_ids, torch.tensor([body + close], device=dev)], dim=1)
+    prefix_ids = torch.cat([run.prompt_ids, torch.tensor([gen.token_ids], device=dev)], dim=1)[:, : gen.cache.get_seq_length()]
+    state = PrefixState(prefix_ids, gen.cache, run._rope, 0.0, 0.0)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "mm_token_type_ids" in run._inputs:
+        mm = run._inputs["mm_token_type_ids"]
+        inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros((1, ids.shape[1] - mm.shape[1]), dtype=mm.dtype, device=dev)], 1)
+    ans = continue_from(vlm.model, state, inputs, max_new_tokens=cfg.max_direct_tokens, min_new_tokens=cfg.min_new_tokens)
+    run.answer, run.answer_gen = vlm.clean_answer(ans.token_ids), ans
+    run.records.append(record(f"{run.side}_reason_answer", run.side, vlm, vlm.mode_name("reason"), ans))
+    return run
+
+
+def _rope(model):
+    inner = getattr(model, "model", None)
+    deltas = getattr(inner, "rope_deltas", None)
+    return None if deltas is None else deltas.clone()
+
+
+class LargePrompt:
+    """The large model's cached [chat header + image + question] prefix, shared by `large_direct` and every
+    `transfer_<K>` prompt; other prompts with the same image are built by splicing token ids (no image
+    preprocessing or encoding again)."""
+
+    def __init__(self, vlm, request, cfg):
+        self.vlm, self.request, self.cfg = vlm, request, cfg
+        self.direct_text = vlm.render(request.messages(), "direct")
+        self.direct_inputs = vlm.encode(request.image, self.direct_text)
+        self._base_u = vlm.text_ids(self.direct_text)
+        self._offset = self.direct_inputs["input_ids"].shape[1] - len(self._base_u)
+        self._splice_ok = self._check_splice()
+        probes = [self.transfer_text(r) for r in ("a", "b")]
+        shared = min(common_prefix_len(self._base_u, vlm.text_ids(t)) for t in probes)
+        self.prefix = prefill_prefix(vlm.model, self.direct_inputs, shared + self._offset)
+        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _prefix_gen(self.prefix))
+
+    def transfer_text(self, reasoning: str) -> str:
+        question = self.vlm.prompts.transfer_question(self.request.question, reasoning)
+        return self.vlm.render(self.request.messages(question), "direct")
+
+    def _check_splice(self) -> bool:
+        img_id = getattr(self.vlm.processor, "image_token_id", None)
+        base_e = self.direct_inputs["input_ids"][0].tolist()
+        if img_id is None or img_id not in self._base_u:
+            return False
+        last = len(self._base_u) - 1 - self._base_u[::-1].index(img_id)
+        self._last_img = last
+        return base_e[last + 1 + self._offset:] == self._base_u[last + 1:]
+
+    def inputs_for(self, text: str) -> dict:
+        """Model inputs for another prompt with the same image (spliced ids; the processor as fallback)."""
+        import torch
+
+        new_u = self.vlm.text_ids(text)
+        n_u = common_prefix_len(self._base_u, new_u)
+        if not self._splice_ok or n_u <= self._last_img:
+            return self.vlm.encode(self.request.image, text)
+        cut = n_u + self._offset
+        base = self.direct_inputs
+        dev = base["input_ids"].device
+        tail = torch.tensor([new_u[n_u:]], dtype=base["input_ids"].dtype, device=dev)
+        ids = torch.cat([base["input_ids"][:, :cut], tail], 1)
+        out = {k: v for k, v in base.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
+        out.update(input_ids=ids, attention_mask=torch.ones_like(ids))
+        if "mm_token_type_ids" in base:
+            mm = base["mm_token_type_ids"][:, :cut]
+            out["mm_token_type_ids"] = torch.cat([mm, torch.zeros_like(tail, dtype=mm.dtype)], 1)
+        return out
+
+    def answer(self, text: str, stage: str, *, restore_rope: bool = True) -> tuple[Generation, str, dict]:
+        """Continue the cached prefix with a prompt; returns (generation, answer, record)."""
+        gen = continue_from(self.vlm.model, self.prefix, self.inputs_for(text), max_new_tokens=self.cfg.max_direct_tokens,
+                            min_new_tokens=self.cfg.min_new_tokens, restore_rope=restore_rope)
+        return gen, self.vlm.clean_answer(gen.token_ids), record(stage, "large", self.vlm, self.vlm.mode_name("direct"), gen)
+
+    def attention_scores(self, reasoning: str):
+        """Attention from the large model's answer position to each token of `reasoning` in the transfer
+        prompt (mean over heads and layers): (token ids of the reasoning span, scores, record)."""
+        import time
+
+        import torch
+
+        full = self.inputs_for(self.transfer_text(reasoning))["input_ids"]
+        empty = self.inputs_for(self.transfer_text(""))["input_ids"]
+        start = common_prefix_len(full, empty)
+        tail = common_prefix_len(full[0].flip(0)[None], empty[0].flip(0)[None])
+        end = max(start, full.shape[1] - tail)
+        model, owner = self.vlm.model, getattr(self.vlm.model, "model", None)
+        cache = copy.deepcopy(self.prefix.cache)
+        n = min(start, cache.get_seq_length())
+        if n < cache.get_seq_length():
+            cache.crop(-(cache.get_seq_length() - n))
+        if owner is not None and hasattr(owner, "rope_deltas"):
+            owner.rope_deltas = None if self.prefix.rope_deltas is None else self.prefix.rope_deltas.clone()
+        previous = model.config._attn_implementation
+        t0 = time.perf_counter()
+        model.set_attn_implementation("eager")
+        try:
+            with torch.inference_mode():
+                out = model(input_ids=full[:, n:], cache=cache, use_cache=True, output_attentions=True)
+        finally:
+            model.set_attn_implementation(previous)
+        ms = (time.perf_counter() - t0) * 1000
+        att = torch.stack([a[0, :, -1, :].float().mean(0) for a in out.attentions]).mean(0)
+        scores = att[start:end].tolist()
+        gen = Generation([], [], float("nan"), [], 0.0, ms, 0.0, full.shape[1] - n, n)
+        rec = record("select_attention", "large", self.vlm, "attention", gen)
+        return full[0, start:end].tolist(), scores, rec
+
+
+def _prefix_gen(prefix) -> Generation:
+    return Generation([], [], float("nan"), [], prefix.vision_ms, prefix.prefill_ms, 0.0, prefix.length, 0)

@@ -1,0 +1,182 @@
+"""`VLM`: one side (small or large) of the pipeline — checkpoint loading, direct/reasoning modes, prompts.
+
+A side is one hybrid checkpoint with a thinking switch (`enable_thinking` in its chat template), an
+answerer plus an optional reasoner checkpoint (`reasoner=`), or a checkpoint without a thinking mode
+(reasoning from `PromptConfig.reason_suffix`; a thinking-only checkpoint asked for a direct answer gets
+an empty think block prefilled). A mode a side cannot provide raises `ModeUnavailableError`.
+"""
+from __future__ import annotations
+
+import logging
+import pathlib
+import re
+
+from routedvlm.router.errors import ConfigError, ModeUnavailableError, ModelLoadError, one_of
+
+from .prompts import DEFAULT_PROMPTS, PromptConfig
+
+logger = logging.getLogger(__name__)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+STYLES = ("always", "auto", "hybrid", "never")
+_PROBE = [{"role": "user", "content": "hi"}]
+
+
+def _dtype(dtype):
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)
+    raise ConfigError(f"The `dtype` parameter must be a torch dtype or a name such as 'bfloat16'. Got {dtype!r} instead.")
+
+
+class VLM:
+    """A loaded image-text-to-text checkpoint with its processor, in direct and reasoning modes.
+
+    Attributes: `model`, `processor`, `tokenizer`, `name`, `style` ("hybrid", "always" or "never": how the
+    chat template handles thinking), `reasoner` (a VLM serving the reasoning mode, or None), `prompts`.
+    """
+
+    def __init__(self, model, processor, tokenizer, *, name: str, style: str = "auto", reasoner: "VLM | None" = None,
+                 prompts: PromptConfig = DEFAULT_PROMPTS, reason_prompt: bool = True):
+        if style not in STYLES:
+            raise ConfigError(f"The `thinking` parameter of VLM must be one of {one_of(STYLES)}. Got {style!r} instead.")
+        self.model, self.processor, self.tokenizer, self.name = model, processor, tokenizer, name
+        self.prompts, self.reasoner, self.reason_prompt = prompts, reasoner, reason_prompt
+        self.style = self._detect_style() if style == "auto" else style
+        self.think_close_id = self._single_id(THINK_CLOSE)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device: str = "cpu", dtype=None, *, reasoner=None, thinking: str = "auto",
+                        prompts: PromptConfig | None = None, reason_prompt: bool = True,
+                        attn_implementation: str | None = None) -> "VLM":
+        """Load a checkpoint folder (or cached hub id) through `AutoModelForImageTextToText` + its processor.
+
+        reasoner: a second checkpoint (path or VLM) that serves the reasoning mode (e.g. the -Thinking
+        sibling of an -Instruct model). thinking: "auto" (read from the chat template), "hybrid", "always"
+        or "never". reason_prompt: whether a side without a thinking mode may reason from a prompt; if
+        False, reasoning strategies raise ModeUnavailableError.
+        """
+        from transformers import AutoConfig, AutoModelForImageTextToText
+
+        from .processors import load_processor
+
+        path = str(name_or_path)
+        if not pathlib.Path(path).exists() and path.count("/") != 1:
+            raise ModelLoadError(f"The checkpoint {path!r} is neither an existing folder nor a hub id 'org/name'.")
+        try:
+            config = AutoConfig.from_pretrained(path)
+            kwargs = {"dtype": _dtype(dtype)} if dtype is not None else {}
+            if attn_implementation:
+                kwargs["attn_implementation"] = attn_implementation
+            model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).to(device).eval()
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"Cannot load {path!r} as an image-text-to-text model: {exc}") from exc
+        processor, tokenizer = load_processor(path, config.model_type)
+        if isinstance(reasoner, (str, pathlib.Path)):
+            reasoner = cls.from_pretrained(reasoner, device, dtype, thinking="auto", prompts=prompts)
+        return cls(model, processor, tokenizer, name=path, style=thinking, reasoner=reasoner,
+                   prompts=prompts or DEFAULT_PROMPTS, reason_prompt=reason_prompt)
+
+    # ----- modes -------------------------------------------------------------------------------------------
+    def _render_probe(self, **kw) -> str:
+        return self.tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kw)
+
+    def _detect_style(self) -> str:
+        if not self.tokenizer.chat_template:
+            raise ModelLoadError(f"The checkpoint {self.name!r} has no chat template; add one to its tokenizer.")
+        on, off = self._render_probe(enable_thinking=True), self._render_probe(enable_thinking=False)
+        if on != off:
+            return "hybrid"
+        return "always" if on.rstrip().endswith(THINK_OPEN) else "never"
+
+    def _single_id(self, token: str):
+        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
+        return ids[0] if len(ids) == 1 else None
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def reasoning_side(self) -> "VLM":
+        """The VLM that serves the reasoning mode: the reasoner checkpoint if given, else this one."""
+        side = self.reasoner or self
+        if side.style == "never" and not side.reason_prompt:
+            raise ModeUnavailableError(
+                f"{self.name!r} has no reasoning mode: its chat template has no thinking mode, no `reasoner` "
+                "checkpoint was given and reason_prompt=False. Pass reasoner=<a thinking checkpoint> or "
+                "reason_prompt=True, or choose a strategy that does not need this side to reason."
+            )
+        return side
+
+    def mode_name(self, mode: str) -> str:
+        """How this checkpoint serves `mode` ("direct"/"reason"): "direct", "no_think", "think" or "prompt"."""
+        if mode == "direct":
+            return "direct" if self.style == "never" else "no_think"
+        return "prompt" if self.style == "never" else "think"
+
+    def render(self, messages: list, mode: str) -> str:
+        """The prompt text for `messages` in `mode` ("direct" or "reason"), ending where the model writes."""
+        kw = {"enable_thinking": mode == "reason"} if self.style == "hybrid" else {}
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+        if mode == "direct" and self.style == "always" and text.rstrip().endswith(THINK_OPEN):
+            text = text.rstrip() + "\n\n" + THINK_CLOSE + "\n\n"
+        return text
+
+    def question_for(self, question: str, mode: str) -> str:
+        return self.prompts.reason_question(question) if mode == "reason" and self.style == "never" else question
+
+    def close_text(self) -> str:
+        """Text that ends reasoning and asks for the answer, for a reasoning run that hit its token limit."""
+        return "\n" + THINK_CLOSE + "\n\n" if self.style != "never" else "\n" + self.prompts.answer_marker
+
+    # ----- encoding and parsing ----------------------------------------------------------------------------
+    def encode(self, image, text: str) -> dict:
+        """Processor output (tensors on the model's device) for a rendered prompt and its image."""
+        batch = self.processor(text=[text], images=[image], return_tensors="pt")
+        return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in dict(batch).items()}
+
+    def text_ids(self, text: str) -> list:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def split_reasoning(self, ids: list):
+        """(reasoning_ids, reasoning_text, answer_text or None) of a reasoning-mode generation."""
+        eos = set(self._eos_ids())
+        if self.style != "never":
+            if self.think_close_id is not None and self.think_close_id in ids:
+                i = ids.index(self.think_close_id)
+                return ids[:i], self.decode(ids[:i]), self.clean_answer(ids[i + 1:])
+            body = [t for t in ids if t not in eos]
+            return body, self.decode(body), None
+        text = self.decode(ids)
+        marker = self.prompts.answer_marker
+        if marker in text:
+            reasoning = text.split(marker, 1)[0]
+            return self.text_ids(reasoning), reasoning, self.clean_answer(text.split(marker, 1)[1])
+        body = [t for t in ids if t not in eos]
+        return body, self.decode(body), None
+
+    def clean_answer(self, ids_or_text) -> str:
+        """The final answer text: special tokens, think blocks and an answer marker stripped."""
+        if isinstance(ids_or_text, str):
+            text = ids_or_text
+        else:
+            ids = list(ids_or_text)
+            if self.think_close_id is not None and self.think_close_id in ids:
+                ids = ids[len(ids) - ids[::-1].index(self.think_close_id):]
+            text = self.decode(ids)
+        if THINK_CLOSE in text:
+            text = text.rsplit(THINK_CLOSE, 1)[1]
+        text = text.replace(THINK_OPEN, "")
+        if self.style == "never" and self.prompts.answer_marker in text:
+            text = text.split(self.prompts.answer_marker, 1)[1]
+        return re.sub(r"\s+", " ", text).strip()
+
+    def _eos_ids(self) -> list:
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        return eos + ([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])

@@ -186,7 +186,7 @@ def test_mathvista_uses_query_and_choices(bench_dir):
 
 def test_short_answer_instructions(bench_dir):
     chart = load_samples(str(bench_dir / "chartqa.parquet"), adapter="chartqa")[0]
-    assert chart.prompt == "Share of A?\nAnswer the question with a single word."
+    assert chart.prompt == "Share of A?\nAnswer the question using a single word or phrase."
     doc = load_samples(str(bench_dir / "docvqa.parquet"), adapter="docvqa")[0]
     assert doc.prompt == "What is the date?\nAnswer the question using a single word or phrase."
     rw = load_samples(str(bench_dir / "realworldqa.parquet"), adapter="realworldqa")[1]

@@ -150,3 +150,66 @@ def test_fit_is_robust_to_one_slow_repeat_and_never_negative():
     assert (fit.intercept, fit.slope) == (pytest.approx(1.0), pytest.approx(0.1))
     falling = fit_linear([1, 2, 3], [3.0, 2.0, 1.0], "tokens")  # noise that slopes down: flat, not negative
     assert falling.slope == 0.0 and falling.intercept == pytest.approx(2.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    from routedvlm.inference.tiny import build_tiny_pair
+
+    return build_tiny_pair(tmp_path_factory.mktemp("profile-models"), "qwen3_vl")
+
+
+@pytest.mark.slow
+def test_cli_on_tiny_models_writes_profile_and_plots(tiny_pair, tmp_path, capsys):
+    import torch
+
+    from routedvlm.inference.latency_model import crossover_points
+    from routedvlm.training.cli import main
+
+    torch.set_num_threads(1)
+    out, plots = tmp_path / "profile.json", tmp_path / "plots"
+    argv = ["profile", "--model", str(tiny_pair[0]), "--model", str(tiny_pair[1]), "--image-sizes", "32,64",
+            "--prompt-tokens", "8,16", "--output-tokens", "1,4", "--repeats", "1", "--out", str(out),
+            "--plots-dir", str(plots), "--no-progress"]
+    assert main(argv) == 0
+    prof = json.loads(out.read_text())
+    assert prof["format_version"] == 1 and prof["hardware"]["cpu_cores"] >= 1 and prof["versions"]["torch"]
+    assert list(prof["models"]) == ["qwen3_vl-small", "qwen3_vl-large"]
+    for entry in prof["models"].values():
+        meas = entry["measurements"]
+        assert {r["image_size"] for r in meas["vision"]} == {32, 64}
+        assert len(meas["prefill"]) == 4 and all(r["ms"] > 0 for r in meas["prefill"])
+        # Decode runs at the reference image size (32) to the largest output setting: 4 tokens = 3 steps.
+        assert [len(r["step_ms"]) for r in meas["decode"]] == [3, 3]
+        assert {r["output_tokens"] for r in meas["end_to_end"]} == {1, 4}
+        assert set(entry["fit"]) == {"preprocess", "vision", "prefill", "decode"}
+        assert entry["reference"]["image_size"] == 32 and entry["reference"]["prefill_tokens"] > 8
+        lm = LatencyModel.load(out, model=next(n for n, e in prof["models"].items() if e is entry))
+        assert lm.stage_ms({"vision_ms": 1.0, "prefill_tokens": 30, "cached_tokens": 0, "decode_tokens": 4}) > 0
+    assert prof["crossovers"] == crossover_points(prof)
+    assert [c["m"] for c in prof["crossovers"]] == [4]
+    for name in ("components.png", "crossover.png"):
+        assert (plots / name).read_bytes()[:4] == b"\x89PNG"
+    assert "crossover:" in capsys.readouterr().out
+
+
+def test_cli_help_is_fast_and_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from routedvlm.training.cli import main\n"
+            "try:\n    main(['profile', '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "--output-tokens" in res.stdout and "example:" in res.stdout
+
+
+def test_cli_rejects_bad_grids(capsys):
+    from routedvlm.inference.profile_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--model", "x", "--image-sizes", "224,-1", "--out", "p.json"])
+    assert "--image-sizes must be comma-separated positive integers" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"^The `output_tokens` setting needs a value of at least 2"):
+        main(["--model", "x", "--output-tokens", "1", "--out", "p.json"])

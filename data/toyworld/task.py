@@ -24,7 +24,7 @@ IMAGE_WIDTH = SLOT * N_SLOTS
 MIN_BARS, MAX_BARS = 2, 6
 HARD_MIN_BARS = 5
 COLOURS = {"red": (230, 40, 40), "blue": (40, 80, 230)}
-QUESTION_TEMPLATE = "{n} bars. Sum of red bars times number of blue bars?"
+QUESTION_TEMPLATE = "{n} bars. Red sum times blue count?"
 
 
 @dataclass(frozen=True)

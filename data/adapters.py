@@ -38,12 +38,20 @@ class Adapter:
         present = set(columns)
         return ["|".join(group) for group in self.required if not present.intersection(group)]
 
-    def column(self, role: str, row: dict) -> str | None:
-        """The first column configured for `role` that the row has."""
+    def column(self, role: str, row) -> str | None:
+        """The first column configured for `role` that the row (or list of column names) has."""
         names = self.columns.get(role) or ()
         for name in (names,) if isinstance(names, str) else names:
             if name in row:
                 return name
+        return None
+
+    def value(self, role: str, row: dict):
+        """The first non-null value among the columns configured for `role` (None if all are null)."""
+        names = self.columns.get(role) or ()
+        for name in (names,) if isinstance(names, str) else names:
+            if row.get(name) is not None:
+                return row[name]
         return None
 
 

@@ -76,11 +76,10 @@ def _text(row: dict, name: str | None) -> str:
 def convert_open(adapter, row: dict, sample_id: str) -> Sample:
     """Question + gold answer(s) + image(s); options if the row has an option list or dict."""
     question = _text(row, adapter.column("question", row))
-    refs = _references(row.get(adapter.column("answer", row)))
+    refs = _references(adapter.value("answer", row))
     options = None
-    options_col = adapter.column("options", row)
-    if options_col and not _is_missing(row.get(options_col)):
-        raw = parse_list(row[options_col])
+    raw = parse_list(adapter.value("options", row))
+    if raw is not None:
         if isinstance(raw, dict):
             options = {str(k): str(v) for k, v in raw.items()}
         elif isinstance(raw, (list, tuple)) and raw:

@@ -127,19 +127,19 @@ def _select(ds, adapter: Adapter, split: str, ids, limit) -> list[int]:
             f"Sample ids must be unique; column `{id_col}` repeats {dups[:5]}. Remove the duplicates "
             "or drop the column to get `<split>-<row>` ids."
         )
+    if limit is not None:
+        all_ids = all_ids[:limit]
     if ids is None:
-        indices = list(range(len(ds)))
-    else:
-        position = {sid: i for i, sid in enumerate(all_ids)}
-        wanted = [str(i) for i in ids]
-        missing = [w for w in wanted if w not in position]
-        if missing:
-            raise DatasetError(
-                f"{len(missing)} requested sample ids are not in the data set (first: {missing[:5]}); "
-                "reload with the same dataset, config, split and adapter that produced them."
-            )
-        indices = [position[w] for w in wanted]
-    return indices[:limit] if limit is not None else indices
+        return list(range(len(all_ids)))
+    position = {sid: i for i, sid in enumerate(all_ids)}
+    wanted = [str(i) for i in ids]
+    missing = [w for w in wanted if w not in position]
+    if missing:
+        raise DatasetError(
+            f"{len(missing)} requested sample ids are not in the data set (first: {missing[:5]}); "
+            "reload with the same dataset, config, split, adapter and limit that produced them."
+        )
+    return [position[w] for w in wanted]
 
 
 def load_samples_with_source(dataset, *, config=None, split=None, limit=None, adapter=None, ids=None):
@@ -180,7 +180,8 @@ def load_samples(dataset, *, config=None, split=None, limit=None, adapter=None, 
 
     `dataset` is a hub id (`lmms-lab/X`, `lmms-lab-encoder/X`, `HuggingFaceM4/ChartQA`,
     `AI4Math/MathVista`, `xai-org/RealworldQA`) or a local parquet/JSONL file, a folder of them, an
-    imagefolder, or a `save_to_disk` folder. `ids` reloads exactly those sample ids (in that order);
-    `limit` keeps the first N. Sample ids are the data set's id column or `<split>-<row>`.
+    imagefolder, or a `save_to_disk` folder. `limit` keeps the first N rows; `ids` then picks exactly
+    those sample ids (in that order) among them. Sample ids are the data set's id column or
+    `<split>-<row>`.
     """
     return load_samples_with_source(dataset, config=config, split=split, limit=limit, adapter=adapter, ids=ids)[0]

@@ -260,6 +260,8 @@ def test_reload_by_ids_through_the_recorded_source(bench_dir):
     assert [s.sample_id for s in again] == ["34603", "34602"]
     with pytest.raises(DatasetError, match=r"^1 requested sample ids are not in the data set \(first: \['9'\]\)"):
         load_samples(**record, ids=["9"])
+    with pytest.raises(DatasetError, match=r"^1 requested sample ids are not in the data set \(first: \['34603'\]\)"):
+        load_samples(**{**record, "limit": 1}, ids=["34603"])  # limit bounds the rows ids are looked up in
     by_row = load_samples(str(bench_dir / "ai2d.parquet"), ids=["train-1"])
     assert by_row[0].references == ["A"]
 
@@ -300,7 +302,8 @@ def test_jsonl_with_relative_image_paths(jsonl_dir):
     assert [s.sample_id for s in samples] == ["train-0", "train-1"]
     assert samples[0].images == [str(jsonl_dir / "imgs" / "a.png")]
     assert samples[0].dataset == "mine" and samples[0].metric == "exact_match"
-    assert samples[0].task_type == "open"
+    assert samples[0].task_type == "open" and samples[0].references == ["red"]
+    assert samples[1].references == ["B"]  # `answers` is null in that row: `answer` is used
     assert samples[1].options == {"A": "red", "B": "blue"} and samples[1].task_type == "multiple_choice"
     record = json.loads(json.dumps(samples[1].to_record()))
     assert Sample.from_record(record) == samples[1]

@@ -112,6 +112,19 @@ def versions() -> dict:
     return out
 
 
+def _check_device(device: str) -> None:
+    import torch
+
+    from routedvlm.router.errors import ConfigError
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"The `device` setting is {device!r} but this torch has no CUDA device. "
+                          "Pass --device cpu, or install a CUDA build of torch on a machine with a GPU.")
+    if not device.startswith(("cpu", "cuda", "mps", "xpu")):
+        raise ConfigError(f"The `device` setting must be a torch device such as 'cpu', 'cuda' or 'cuda:1'. "
+                          f"Got {device!r} instead.")
+
+
 def _sync(device: str):
     import torch
 
@@ -226,6 +239,7 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
     from .latency_model import crossover_points
     from .vlm import VLM
 
+    _check_device(settings.device)
     per_model = len(settings.image_sizes) * (1 + settings.repeats * len(settings.prompt_tokens))
     bar = tqdm(total=per_model * len(models), desc="profile", unit="call", disable=not show_progress)
     entries = {}

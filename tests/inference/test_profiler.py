@@ -213,3 +213,30 @@ def test_cli_rejects_bad_grids(capsys):
     assert "--image-sizes must be comma-separated positive integers" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"^The `output_tokens` setting needs a value of at least 2"):
         main(["--model", "x", "--output-tokens", "1", "--out", "p.json"])
+
+
+def test_cuda_device_without_cuda_is_a_clear_error(tmp_path):
+    import torch
+
+    from routedvlm.inference.profile_cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the GPU test below covers it")
+    with pytest.raises(ConfigError, match=r"^The `device` setting is 'cuda' but this torch has no CUDA device"):
+        main(["--model", "x", "--device", "cuda", "--out", str(tmp_path / "p.json")])
+
+
+@pytest.mark.slow
+def test_gpu_profile_synchronises(tiny_pair, tmp_path):
+    """On a GPU: the CUDA path (synchronised timings, GPU name in the hardware block)."""
+    import torch
+
+    from routedvlm.inference.profile_cli import main
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    out = tmp_path / "profile.json"
+    assert main(["--model", str(tiny_pair[0]), "--image-sizes", "32", "--prompt-tokens", "8", "--output-tokens", "1,4",
+                 "--repeats", "1", "--device", "cuda", "--out", str(out), "--no-progress"]) == 0
+    prof = json.loads(out.read_text())
+    assert prof["hardware"]["gpu"] and prof["settings"]["device"] == "cuda"

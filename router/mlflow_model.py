@@ -3,13 +3,13 @@
 MLflow executes this file to build the model, so it uses absolute imports only. The model's artifact
 `router` is the router folder; `predict` returns strategy, keep_tokens and p_correct (JSON) per row.
 """
-from __future__ import annotations
 
 import json
 from contextlib import nullcontext
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 ROUTER_ARTIFACT = "router"
@@ -23,9 +23,7 @@ class RouterPyfunc(PythonModel):
 
         self.router = load_router(context.artifacts[ROUTER_ARTIFACT])
 
-    def predict(self, context, model_input, params=None):
-        import pandas as pd
-
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         if not isinstance(model_input, pd.DataFrame):
             model_input = pd.DataFrame(model_input)
         decisions = self.router.decide_batch(model_input)

@@ -56,6 +56,7 @@ class TrainConfig:
     num_leaves: int = _f(15, "LightGBM leaves per tree")
     learning_rate: float = _f(0.05, "LightGBM learning rate")
     allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
+    allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing")
     seed: int = _f(0, "seed for the split and LightGBM")
 
     def __post_init__(self):

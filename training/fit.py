@@ -67,15 +67,20 @@ def paid_stages_for(features: list[str], mode: str) -> list[str]:
     return [LARGE_DIRECT, SMALL_DIRECT] if needs_small else [LARGE_DIRECT]
 
 
-def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = False) -> list[str]:
-    """Raise TrainingError for NaN/non-finite features (and constant ones unless allowed; those are dropped)."""
+def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = False,
+                   allow_missing: bool = False) -> list[str]:
+    """The usable features. TrainingError for NaN/non-finite values (unless `allow_missing`: LightGBM then
+    treats them as missing) and for constant columns (unless `allow_constant`: they are dropped)."""
     values = df[features].apply(pd.to_numeric, errors="coerce")
     counts = (~np.isfinite(values.to_numpy(dtype=float))).sum(axis=0)
     bad = {c: int(n) for c, n in zip(features, counts) if n}
-    if bad:
+    if bad and allow_missing:
+        log.warning("feature columns with missing values (rows): %s; LightGBM treats them as missing", bad)
+    elif bad:
         raise TrainingError(f"Feature columns with NaN or non-numeric values (rows affected): {bad}. "
-                            "Fix the labeller's features or drop these columns with --features.")
-    constant = [c for c in features if values[c].nunique() <= 1]
+                            "Fix the labeller's features, drop these columns with --features, or pass "
+                            "--allow-missing-features.")
+    constant = [c for c in features if values[c].nunique(dropna=True) <= 1]
     if constant and not allow_constant:
         raise TrainingError(f"Constant feature columns {constant} carry no information. Drop them with "
                             "--features, or pass --allow-constant-features to drop them automatically.")

@@ -5,17 +5,14 @@ train-router defaults (embedded toy labels) and a content hash for files that ca
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
 import pandas as pd
 
-from routedvlm.router.errors import LabelsError, TrainingError
+from routedvlm.router.errors import TrainingError
 
 log = logging.getLogger(__name__)
-METADATA_KEY = b"routedvlm"
 
 
 def embedded_labels_path() -> Path:
@@ -41,56 +38,24 @@ def resolve_data_path(path) -> tuple[Path, bool]:
     return path, False
 
 
-def content_hash(df: pd.DataFrame) -> str:
-    """sha256 of the table's content (row order and dtypes included)."""
-    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
-    h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
-    return h.hexdigest()
-
-
-def read_metadata(path: Path) -> dict:
-    import pyarrow.parquet as pq
-
-    raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY)
-    if raw is None:
-        return {}
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        raise LabelsError(f"The `routedvlm` metadata of {path} is not valid JSON; relabel the data.") from None
-
-
 def load_labels(path) -> tuple[pd.DataFrame, dict]:
-    """Read and validate a labels file (every problem reported at once); returns (table, metadata)."""
+    """Read and validate a labels file (every problem reported at once; LabelsError), drop failed rows
+    (`error` set); returns (table, metadata + `source_path`, `embedded`, `failed_rows`)."""
     from routedvlm.data import labels as schema
 
     path, embedded = resolve_data_path(path)
     if embedded:
         log.warning("no --data given: using the embedded toy labels at %s", path)
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for a non-parquet file
-        raise LabelsError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}).") from None
-    metadata = read_metadata(path)
-    schema.validate_labels(df, metadata) if _takes_metadata(schema.validate_labels) else schema.validate_labels(df)
-    return df, {**metadata, "source_path": str(path), "embedded": embedded}
+    df, metadata = schema.read_labels(path)
+    schema.check_labels(df, metadata)
+    failed = schema.failed_rows(df)
+    if failed.any():
+        log.warning("ignoring %d failed sample(s) (the `error` column is set)", int(failed.sum()))
+        df = df.loc[~failed].reset_index(drop=True)
+    return df, {**metadata, "source_path": str(path), "embedded": embedded, "failed_rows": int(failed.sum())}
 
 
-def _takes_metadata(fn) -> bool:
-    import inspect
+def content_hash(df: pd.DataFrame) -> str:
+    from routedvlm.data.labels import content_hash as _hash
 
-    return len(inspect.signature(fn).parameters) >= 2
-
-
-def write_labels(df: pd.DataFrame, path, metadata: dict) -> Path:
-    """Write `df` as parquet with `metadata` under the `routedvlm` key (used for synthetic labels)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           METADATA_KEY: json.dumps(metadata).encode()})
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return path
+    return _hash(df)

@@ -92,7 +92,8 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     candidates = candidate_strategies(labels, config.strategies)
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
-    features = fitmod.check_features(labels, features, config.allow_constant_features)
+    features = fitmod.check_features(labels, features, config.allow_constant_features,
+                                      config.allow_missing_features)
     paid = fitmod.paid_stages_for(features, config.mode)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)

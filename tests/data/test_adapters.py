@@ -275,7 +275,6 @@ def test_sample_source_validation():
 
 def test_duplicate_ids_are_rejected(tmp_path):
     path = tmp_path / "dups.jsonl"
-    (tmp_path / "a.png").write_bytes(b"")
     _img("red").save(tmp_path / "a.png")
     rows = [{"id": "1", "question": "q", "answer": "a", "image": "a.png"}] * 2
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -360,3 +359,34 @@ def test_sample_validation_and_record_round_trip():
     assert record["images"] == ["/x.png"] and record["num_images"] == 2
     assert sample.sample_id == "1" and sample.references == ["A"]
     assert sample.prompt == "q\nA. x\nAnswer with the option's letter from the given choices directly."
+
+
+def test_plain_parquet_with_raw_bytes_and_path_lists(tmp_path):
+    import io
+
+    import pandas as pd
+
+    buf = io.BytesIO()
+    _img("red").save(buf, format="PNG")
+    _img("blue").save(tmp_path / "b.png")
+    pd.DataFrame({"question": ["Color?"], "answer": ["red"], "image": [buf.getvalue()]}).to_parquet(
+        tmp_path / "bytes.parquet")
+    sample = load_samples(str(tmp_path / "bytes.parquet"))[0]
+    assert sample.images[0].getpixel((0, 0)) == (255, 0, 0)
+    pd.DataFrame({"id": ["q1"], "question": ["Same?"], "answers": [["yes", "yes"]],
+                  "images": [["b.png", "b.png"]]}).to_parquet(tmp_path / "paths.parquet")
+    sample = load_samples(str(tmp_path / "paths.parquet"))[0]
+    assert sample.sample_id == "q1" and sample.images == [str(tmp_path / "b.png")] * 2
+    assert sample.task_type == "yes_no" and sample.references == ["yes", "yes"]
+    pd.DataFrame({"question": ["q"], "answer": ["a"], "image": [b"not an image"]}).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ImageLoadError, match=r"^Sample 'train-0': its image bytes cannot be decoded"):
+        load_samples(str(tmp_path / "bad.parquet"))
+
+
+def test_unreadable_file_type_and_no_fitting_adapter(tmp_path):
+    (tmp_path / "data.txt").write_text("x")
+    with pytest.raises(DatasetError, match=r"^Cannot read .*data.txt: the file must end in \.csv, \.json"):
+        load_samples(str(tmp_path / "data.txt"))
+    (tmp_path / "odd.jsonl").write_text(json.dumps({"prompt": "q", "target": "a"}))
+    with pytest.raises(DatasetError, match=r"^No adapter fits a data set with the columns \['prompt', 'target'\]"):
+        load_samples(str(tmp_path / "odd.jsonl"))

@@ -79,7 +79,7 @@ def _key_subresponses(response: str) -> list[str]:
         for indicator in indicators:
             if indicator in resp:
                 tail = resp.split(indicator)[-1].strip()
-                if shortest is None or len(tail) < len(shortest):
+                if not shortest or len(tail) < len(shortest):  # as the reference: "" is replaced too
                     shortest = tail
         if shortest and shortest.strip() not in (":", ",", ".", "!", "?", ";", "'"):
             keys.append(shortest)

@@ -191,6 +191,7 @@ def test_mmmu_examples():
     ("(B)", "B"), ("B.", "B"), ("The answer is C", "C"), ("I think (A) or maybe (D)", "D"),
     ("A or B", "B"), ("the animal that barks is clearly a dog here", "B"),
     ("something unrelated", None), ("b", None),  # letters are case-sensitive
+    ("B,.", None),  # the reference strips `,` then `.` one after the other, leaving "B,"
 ])
 def test_mmmu_choice_parsing(response, letter):
     assert parse_choice(response, ABCD) == letter
@@ -214,6 +215,11 @@ def test_mmmu_open_questions():
 
 def test_mmmu_open_parsing_details():
     assert 3.14 in parse_open("The answer is 3.14159")
+    # an empty tail is replaced by any later indicator's tail, however long (reference behaviour)
+    assert "5 so is" in parse_open("thus 5 so is \nend")
+    # `=` counts only in the last line; sentences split on newlines only (the reference lowercases first)
+    assert parse_open("x = 4. Then y = 5") == [5.0]
+    assert 4.0 not in parse_open("x = 4\ny is 5")
     # one-character golds are padded, so a lone letter inside a word does not match
     assert score("mmmu", "answer is banana", ["a"], question_type="open") == 0.0
     assert score("mmmu", "answer is a b", ["a"], question_type="open") == 1.0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import warnings
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ def _ref_latency(ev: dict) -> float | None:
 
 def track(config, result, labels_df) -> dict:
     """Log the run, register the router (unless --no-register) and update the champion alias."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
     from routedvlm.router.mlflow_model import log_router_model
@@ -99,9 +102,11 @@ def track(config, result, labels_df) -> dict:
         mlflow.log_artifact(str(result.output_dir / "curve.png"))
         mlflow.log_text(result.table, "evaluation.txt")
         mlflow.log_dict(result.metadata, "labels_metadata.json")
-        dataset = mlflow.data.from_pandas(labels_df, source=result.metadata.get("source_path") or "in-memory",
-                                          name="labels", digest=result.labels_hash[:16])
-        mlflow.log_input(dataset, context="training")
+        with warnings.catch_warnings():  # source-kind ambiguity and integer-column hints are noise here
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_pandas(labels_df, source=result.metadata.get("source_path") or "in-memory",
+                                              name="labels", digest=result.labels_hash[:16])
+            mlflow.log_input(dataset, context="training")
         name = None if config.no_register else config.register_as
         info = log_router_model(result.output_dir / "router", name="router", registered_model_name=name)
         out["model_uri"] = info.model_uri

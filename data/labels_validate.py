@@ -161,7 +161,7 @@ def _label_problems(df, ok: np.ndarray, candidates: list[str]) -> list[str]:
 
 def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | None]:
     """(problems, candidates named by the metadata or None)."""
-    if meta is None:
+    if not meta:
         return [f"metadata '{METADATA_KEY}' is missing; write the file with routedvlm.data.labels.write_labels"], None
     out = []
     if meta.get("schema_version") != SCHEMA_VERSION:

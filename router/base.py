@@ -24,14 +24,21 @@ class Router(ABC):
         if not isinstance(policy, Policy):
             raise RouterError(f"A router needs a Policy. Got {type(policy).__name__}.")
         self.policy = policy
-        self._refresh()
+        self._order_key = None
+        self._order = cost_order(policy.strategies, self._costs)  # fail early on bad costs
 
-    def _refresh(self) -> None:
-        """Cache what the single-row path needs (call again after changing policy costs)."""
+    @property
+    def _costs(self) -> dict[str, float]:
+        """The decision rule's costs (all 0 when the policy has none: canonical order decides)."""
         p = self.policy
-        costs = p.expected_cost_ms or {s: 0.0 for s in p.strategies}
-        self._order = cost_order(p.strategies, costs)
-        self._costs = costs
+        return p.expected_cost_ms or {s: 0.0 for s in p.strategies}
+
+    def _cost_order(self) -> list[str]:
+        """Candidates by cost then canonical order, recomputed only when the policy changed."""
+        key = (tuple(self.policy.strategies), tuple(self.policy.expected_cost_ms.items()))
+        if key != self._order_key:
+            self._order, self._order_key = cost_order(self.policy.strategies, self._costs), key
+        return self._order
 
     # ---- scoring ----
     @abstractmethod
@@ -70,7 +77,7 @@ class Router(ABC):
             raise RouterError(f"decide() takes a dict of features. Got {type(features).__name__}; use decide_batch for a DataFrame.")
         self.check_features(features)
         p = self._proba_row(features)
-        strategy, reason = choose_one(p, self._order, self.policy.tau, self.policy.fallback)
+        strategy, reason = choose_one(p, self._cost_order(), self.policy.tau, self.policy.fallback)
         return Decision(strategy, keep_tokens_of(strategy), p, reason)
 
     def decide_batch(self, df) -> list[Decision]:

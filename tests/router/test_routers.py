@@ -128,3 +128,16 @@ def test_policy_json_round_trip_and_newer_version(tmp_path, lgbm_router):
     (tmp_path / "policy.json").write_text(json.dumps(data))
     with pytest.raises(RouterError, match=rf"has format_version {FORMAT_VERSION + 1}, newer than this routedvlm understands"):
         Policy.load(tmp_path)
+
+
+def test_decisions_follow_policy_changes(lgbm_router, feature_table):
+    from routedvlm.router import LightGBMRouter
+
+    router = LightGBMRouter(Policy.from_dict(lgbm_router.policy.to_dict()), lgbm_router.boosters)
+    row = feature_table.iloc[0].to_dict()
+    router.decide(row)
+    router.policy.expected_cost_ms = {**router.policy.expected_cost_ms, "large_reason": 0.0}  # now the cheapest
+    assert router.decide(row).strategy == "large_reason"  # P = 0.97 >= tau
+    assert {d.strategy for d in router.decide_batch(feature_table)} == {"large_reason"}
+    router.policy.tau = 0.99
+    assert router.decide(row) == router.decide_batch(feature_table.head(1))[0]

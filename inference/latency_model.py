@@ -265,3 +265,43 @@ def crossover_points(profile: dict, m_values=None) -> list[dict]:
                 small_ms = lm_s.end_to_end_ms(int(m), ref_s["prefill_tokens"], ref_s["image_tokens"])
                 out.append({"small": small, "large": large, "m": int(m), "small_ms": small_ms, "large_tokens": n_star})
     return out
+
+
+def _match_path(models: dict, path) -> str | None:
+    if path is None:
+        return None
+    want = str(path).rstrip("/")
+    for name, entry in models.items():
+        if str(entry.get("path", "")).rstrip("/") == want:
+            return name
+    base = pathlib.Path(want).name
+    return base if base in models else None
+
+
+def cost_stage_fn(profile_json, *, small: str | None = None, large: str | None = None,
+                  small_path=None, large_path=None):
+    """`(stage_ms(side, record), metadata)` for a labeller: prices "small"/"large" records with their fitted models.
+
+    Which profiled model serves a side: the name given (`small`/`large`), else the profiled model whose path (or
+    folder name) equals `small_path`/`large_path`, else, for a profile of exactly two models, the one with fewer
+    parameters is "small". metadata: {"latency_source": "cost-model", "cost_profile_sha256", "cost_models"}.
+    """
+    data = read_profile(profile_json)
+    models = data["models"]
+    by_size = models_by_size(data)
+    chosen = {"small": small or _match_path(models, small_path), "large": large or _match_path(models, large_path)}
+    for side, idx in (("small", 0), ("large", -1)):
+        if chosen[side] is None and len(by_size) == 2:
+            chosen[side] = by_size[idx]
+        if chosen[side] is None:
+            raise ConfigError(f"Cannot tell which model of the profile prices the {side} side: the profile holds "
+                              f"{one_of(models)}. Pass --cost-model-{side} NAME.")
+    lms = {side: LatencyModel.load(data, model=name) for side, name in chosen.items()}
+
+    def stage_ms(side: str, record: dict) -> float:
+        if side not in lms:
+            raise ConfigError(f"The `model_side` argument must be one of {one_of(lms)}. Got {side!r} instead.")
+        return lms[side].stage_ms(record)
+
+    meta = {"latency_source": "cost-model", "cost_profile_sha256": profile_hash(profile_json), "cost_models": chosen}
+    return stage_ms, meta

@@ -63,7 +63,7 @@ def plot_components(profile: dict, path, decode_tokens: int | None = None) -> pa
     plt = _pyplot()
     rows = component_table(profile, decode_tokens)
     n_out = int(decode_tokens or _median_setting(profile["settings"]["output_tokens"]))
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(rows) + 2), 3.6), dpi=90)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(rows) + 3.5), 3.6), dpi=90)
     labels = [f"{r['model']}\n{r['image_size']}px" for r in rows]
     bottom = [0.0] * len(rows)
     for comp, color in COMPONENT_COLORS.items():
@@ -74,7 +74,7 @@ def plot_components(profile: dict, path, decode_tokens: int | None = None) -> pa
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylabel("ms")
     ax.set_title("Where the time goes (per model and image size)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return _save(fig, plt, path)
 

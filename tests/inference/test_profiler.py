@@ -240,3 +240,26 @@ def test_gpu_profile_synchronises(tiny_pair, tmp_path):
                  "--repeats", "1", "--device", "cuda", "--out", str(out), "--no-progress"]) == 0
     prof = json.loads(out.read_text())
     assert prof["hardware"]["gpu"] and prof["settings"]["device"] == "cuda"
+
+
+def test_cost_stage_fn_maps_sides_and_hashes_the_profile(tmp_path):
+    from routedvlm.inference.latency_model import cost_stage_fn
+
+    path = tmp_path / "profile.json"
+    prof = synthetic_profile()
+    prof["models"]["small"]["path"], prof["models"]["large"]["path"] = "/ckpt/a-2b", "/ckpt/b-8b"
+    path.write_text(json.dumps(prof))
+    rec = {"vision_ms": 3.0, "prefill_tokens": 50, "cached_tokens": 0, "decode_tokens": 8}
+    fn, meta = cost_stage_fn(path)  # two models: fewer parameters = small
+    assert meta == {"latency_source": "cost-model", "cost_profile_sha256": profile_hash(path),
+                    "cost_models": {"small": "small", "large": "large"}}
+    assert fn("small", rec) == LatencyModel.load(path, "small").stage_ms(rec) < fn("large", rec)
+    fn2, meta2 = cost_stage_fn(path, small_path="/ckpt/b-8b", large="small")  # by path, and by name
+    assert meta2["cost_models"] == {"small": "large", "large": "small"}
+    assert fn2("small", rec) == fn("large", rec)
+    with pytest.raises(ConfigError, match=r"^The `model_side` argument must be one of 'large' or 'small'"):
+        fn("medium", rec)
+    prof["models"]["third"] = prof["models"]["small"]
+    path.write_text(json.dumps(prof))
+    with pytest.raises(ConfigError, match=r"^Cannot tell which model of the profile prices the small side"):
+        cost_stage_fn(path)

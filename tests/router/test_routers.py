@@ -136,7 +136,7 @@ def test_decisions_follow_policy_changes(lgbm_router, feature_table):
     router = LightGBMRouter(Policy.from_dict(lgbm_router.policy.to_dict()), lgbm_router.boosters)
     row = feature_table.iloc[0].to_dict()
     router.decide(row)
-    router.policy.expected_cost_ms = {**router.policy.expected_cost_ms, "large_reason": 0.0}  # now the cheapest
+    router.policy.expected_cost_ms = {**router.policy.expected_cost_ms, "large_direct": 1.0, "large_reason": 0.0}
     assert router.decide(row).strategy == "large_reason"  # P = 0.97 >= tau
     assert {d.strategy for d in router.decide_batch(feature_table)} == {"large_reason"}
     router.policy.tau = 0.99

@@ -111,8 +111,16 @@ class Router(ABC):
 
     @classmethod
     def load(cls, directory) -> "Router":
-        directory = Path(directory)
-        return cls._from_folder(Policy.load(directory), directory)
+        """Load a router folder; on a subclass, the folder's router_type must be of that class."""
+        from .load import load_folder
+
+        router = load_folder(directory)
+        if not isinstance(router, cls):
+            raise RouterError(
+                f"{str(directory)!r} holds a {router.policy.router_type!r} router, not a {cls.__name__}. "
+                "Use routedvlm.router.load_router to load any router type."
+            )
+        return router
 
     @classmethod
     def _from_folder(cls, policy: Policy, directory: Path) -> "Router":

@@ -141,3 +141,12 @@ def test_decisions_follow_policy_changes(lgbm_router, feature_table):
     assert {d.strategy for d in router.decide_batch(feature_table)} == {"large_reason"}
     router.policy.tau = 0.99
     assert router.decide(row) == router.decide_batch(feature_table.head(1))[0]
+
+
+def test_router_class_load(lgbm_router, tmp_path):
+    from routedvlm.router import LightGBMRouter, Router
+
+    folder = lgbm_router.save(tmp_path / "r")
+    assert isinstance(Router.load(folder), LightGBMRouter) and isinstance(LightGBMRouter.load(folder), LightGBMRouter)
+    with pytest.raises(RouterError, match=r"holds a 'lightgbm' router, not a MutualVerificationRouter"):
+        MutualVerificationRouter.load(folder)

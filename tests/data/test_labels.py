@@ -175,3 +175,15 @@ def test_cli_dispatcher_prints_error_for_missing_file(tmp_path, capsys):
 
     assert main(["labels", "validate", str(tmp_path / "nope.parquet")]) == 2
     assert capsys.readouterr().err.startswith("error: No labels file at ")
+
+
+def test_cli_help_is_fast_to_import():
+    import subprocess
+    import sys
+
+    code = "import sys; from routedvlm.data.labels_cli import main; print(sorted(m for m in ('pandas', 'pyarrow', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+    with pytest.raises(SystemExit) as exc:
+        labels_main(["validate", "--help"])
+    assert exc.value.code == 0

@@ -77,6 +77,7 @@ def test_mlflow_log_register_alias_load(lgbm_router, feature_table, tmp_path, mo
         load_router(f"models:/{DEFAULT_MODEL_NAME}@nobody", tracking_uri=uri)
 
 
+@pytest.mark.slow
 def test_lightgbm_path_imports_no_torch_or_peft(lgbm_router, feature_table, tmp_path):
     folder = lgbm_router.save(tmp_path / "r")
     code = textwrap.dedent(f"""

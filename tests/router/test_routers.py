@@ -150,3 +150,14 @@ def test_router_class_load(lgbm_router, tmp_path):
     assert isinstance(Router.load(folder), LightGBMRouter) and isinstance(LightGBMRouter.load(folder), LightGBMRouter)
     with pytest.raises(RouterError, match=r"holds a 'lightgbm' router, not a MutualVerificationRouter"):
         MutualVerificationRouter.load(folder)
+
+
+def test_decide_input_errors_and_missing_values(lgbm_router, feature_table):
+    row = feature_table.iloc[0].to_dict()
+    with pytest.raises(RouterError, match=r"^Features must be numeric \(NaN allowed\)"):
+        lgbm_router.decide({**row, "feat__prompt__question_words": "long"})
+    with pytest.raises(RouterError, match=r"^decide\(\) takes a dict of features. Got DataFrame"):
+        lgbm_router.decide(feature_table.head(1))
+    none_row = {**row, "feat__large_direct__confidence": None}
+    nan_frame = feature_table.head(1).assign(feat__large_direct__confidence=np.nan)
+    assert lgbm_router.decide(none_row) == lgbm_router.decide_batch(nan_frame)[0]  # None = missing = NaN

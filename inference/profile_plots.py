@@ -2,14 +2,15 @@
 
 `plot_components` stacks preprocess / vision / prefill / decode per model and image size; `plot_crossover` draws
 end-to-end latency against output tokens for every model, with the crossover points N*(M) of
-`latency_model.crossover_tokens` marked. matplotlib (Agg backend) is imported inside the functions.
+`crossover.crossover_tokens` marked. matplotlib (Agg backend) is imported inside the functions.
 """
 from __future__ import annotations
 
 import pathlib
 import statistics
 
-from .latency_model import LatencyModel, crossover_points, models_by_size
+from .crossover import crossover_points
+from .latency_model import LatencyModel, models_by_size
 
 COMPONENT_COLORS = {"preprocess": "#bbbbbb", "vision": "#4c72b0", "prefill": "#dd8452", "decode": "#55a868"}
 

@@ -125,6 +125,16 @@ def _check_device(device: str) -> None:
                           f"Got {device!r} instead.")
 
 
+def _free(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def _sync(device: str):
     import torch
 
@@ -184,7 +194,8 @@ def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
     images = {s: random_image(s, settings.seed + s) for s in settings.image_sizes}
     for size in settings.image_sizes:  # warm-up: allocator, kernels, lazy init; not recorded
         _one_call(vlm, images[size], questions[ref_prompt], 2, settings.device)
-        progress and progress.update(1)
+        if progress is not None:
+            progress.update(1)
     meas = {k: [] for k in ("preprocess", "vision", "prefill", "decode", "end_to_end")}
     for rep in range(settings.repeats):
         for size in settings.image_sizes:
@@ -192,7 +203,8 @@ def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
                 n_out = n_dec if size == ref_size else 1
                 call = _one_call(vlm, images[size], questions[prompt], n_out, settings.device)
                 _record(meas, call, size, prompt, rep, settings.output_tokens)
-                progress and progress.update(1)
+                if progress is not None:
+                    progress.update(1)
     return meas
 
 
@@ -236,7 +248,7 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
 
     from tqdm.auto import tqdm
 
-    from .latency_model import crossover_points
+    from .crossover import crossover_points
     from .vlm import VLM
 
     _check_device(settings.device)
@@ -250,6 +262,7 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
             entries[name] = model_entry(vlm, str(path), settings, bar)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
             del vlm
+            _free(settings.device)
     finally:
         bar.close()
     profile = {

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from routedvlm.inference.crossover import crossover_points, crossover_tokens
 from routedvlm.inference.latency_model import (
     LatencyModel,
-    crossover_tokens,
     decode_sum_ms,
     fit_components,
     fit_linear,
@@ -132,7 +132,7 @@ def test_crossover_matches_brute_force():
 
 
 def test_plots_are_written(tmp_path):
-    from routedvlm.inference.profile_plots import crossover_points, plot_components, plot_crossover
+    from routedvlm.inference.profile_plots import plot_components, plot_crossover
 
     prof = synthetic_profile()
     a = plot_components(prof, tmp_path / "components.png")
@@ -163,7 +163,6 @@ def tiny_pair(tmp_path_factory):
 def test_cli_on_tiny_models_writes_profile_and_plots(tiny_pair, tmp_path, capsys):
     import torch
 
-    from routedvlm.inference.latency_model import crossover_points
     from routedvlm.training.cli import main
 
     torch.set_num_threads(1)

@@ -1,0 +1,145 @@
+"""Run a routing policy on one request: the stages the router needs, its features, the decision, the answer.
+
+cascade: `large_direct` first (and `small_direct` beside it when a feature needs it), then the decision,
+then accept one of those answers, escalate with the large model's prefix cache reused (`pipeline.escalate`),
+or run another strategy. one-shot: prompt features, decision, the chosen strategy alone.
+A router that raises at decision time never fails the request: the fallback router decides instead.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy
+
+from .features import compute_features
+from .pipeline_parts import Result, parallel
+
+logger = logging.getLogger(__name__)
+_TIME_KEYS = ("vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens")
+
+
+@dataclass
+class RoutedOutput:
+    """What RoutedVLM returns for one request.
+
+    text: the answer; strategy: the strategy that produced it; keep_tokens: the decision's K for
+    `transfer_<K>` (None otherwise, also for `transfer_all`); p_correct: the router's P(correct) per
+    candidate; trace: the stage records that ran (see `stages.record`) plus one `stage: "decision"` record
+    (router type, mode, features, `features_ms`, `decision_ms`, `fallback`, `error`); fallback: whether the
+    fallback router decided; result: the pipeline's `Result` of the chosen strategy.
+    """
+
+    text: str
+    strategy: str
+    keep_tokens: int | None
+    p_correct: dict
+    trace: list
+    fallback: bool = False
+    result: Result | None = field(default=None, repr=False)
+
+    @property
+    def decision(self) -> dict:
+        return next(r for r in self.trace if r["stage"] == "decision")
+
+    @property
+    def latency_ms(self) -> float:
+        """Model time (vision + prefill + decode of every stage) plus features and decision time."""
+        return sum(r["vision_ms"] + r["prefill_ms"] + r["decode_ms"] for r in self.trace) + self.overhead_ms
+
+    @property
+    def overhead_ms(self) -> float:
+        d = self.decision
+        return d["features_ms"] + d["decision_ms"]
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "strategy": self.strategy, "keep_tokens": self.keep_tokens,
+                "p_correct": dict(self.p_correct), "fallback": self.fallback, "trace": [dict(r) for r in self.trace]}
+
+
+class PolicyRunner:
+    """Executes `router`'s policy with `pipeline`; `fallback` decides when `router` is None or raises."""
+
+    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None):
+        self.pipeline, self.router, self.fallback = pipeline, router, fallback
+        self.router_error = router_error
+
+    # ---- stages ----
+    @staticmethod
+    def stages_for(router) -> list[str]:
+        """The answering stages to run before deciding, in order."""
+        need = router.required_stages
+        stages = [LARGE_DIRECT] if router.policy.mode == "cascade" or LARGE_DIRECT in need else []
+        return stages + ([SMALL_DIRECT] if SMALL_DIRECT in need else [])
+
+    def _run_stages(self, req, names, ran: dict) -> dict:
+        pipe = self.pipeline
+        jobs = {n: (lambda n=n: pipe._run_req(req, parse_strategy(n))) for n in names if n not in ran}
+        ran.update(parallel(jobs, pipe.concurrent))
+        return ran
+
+    # ---- decision ----
+    def _decide(self, router, req, ran):
+        t0 = time.perf_counter()
+        feats = compute_features(req.question, [req.image], {n: ran[n] for n in ran}, names=router.policy.features)
+        t1 = time.perf_counter()
+        decision = router.decide(feats)
+        t2 = time.perf_counter()
+        return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
+
+    def run(self, req) -> RoutedOutput:
+        ran: dict[str, Result] = {}
+        router, error, used_fallback = self.router, self.router_error, self.router is None
+        if router is not None:
+            try:
+                self._run_stages(req, self.stages_for(router), ran)
+                decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+            except Exception as exc:  # a router must never fail the request
+                if _is_input_error(exc):
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("router %s failed at decision time (%s); the fallback policy answers",
+                               router.policy.router_type, error)
+                router, used_fallback = None, True
+        if router is None:
+            router = self.fallback
+            self._run_stages(req, self.stages_for(router), ran)
+            decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+        result = self._execute(req, decision.strategy, ran)
+        record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
+        return RoutedOutput(result.answer, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
+                            _trace(ran, result, record), used_fallback, result)
+
+    def _execute(self, req, strategy: str, ran: dict) -> Result:
+        """The chosen strategy's Result, reusing the stages that already ran."""
+        if strategy in ran:
+            return ran[strategy]
+        strat = parse_strategy(strategy)
+        if strat.is_transfer and LARGE_DIRECT in ran:
+            return self.pipeline.escalate(ran[LARGE_DIRECT], strat.keep_tokens)
+        return self.pipeline._run_req(req, strat)
+
+
+def _is_input_error(exc) -> bool:
+    from routedvlm.router.errors import InputError
+
+    return isinstance(exc, InputError)
+
+
+def _decision_record(router, decision, feats, features_ms, decision_ms, fallback, error) -> dict:
+    return {
+        "stage": "decision", "model": None, "router_type": router.policy.router_type, "mode": router.policy.mode,
+        "strategy": decision.strategy, "keep_tokens": decision.keep_tokens, "reason": decision.reason,
+        "features": {k: float(v) for k, v in feats.items()}, "features_ms": round(features_ms, 4),
+        "decision_ms": round(decision_ms, 4), "fallback": fallback, "error": error,
+        **{k: 0 for k in _TIME_KEYS},
+    }
+
+
+def _trace(ran: dict, result: Result, decision: dict) -> list:
+    """Stage records of the stages run before deciding, the decision, then the records the answer added."""
+    before = [r for res in ran.values() for r in res.trace]
+    seen = {id(r) for r in before}
+    after = [r for r in result.trace if id(r) not in seen]
+    return [*before, decision, *after]

@@ -1,0 +1,131 @@
+"""`RoutedVLM`: the drop-in runtime — a small and a large VLM run under a routing policy (router).
+
+The router comes from a folder, an MLflow `models:/name@alias` URI, `"mutual-verification"`, a strategy
+id, or a loaded `Router`. A router that fails to load or raises never fails a request: the fallback
+policy (default mutual verification) answers, a warning is logged and the trace's decision record says so.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import fields
+
+from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.router.strategies import DEFAULT_K_GRID
+from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
+
+from .inputs import make_request
+from .pipeline_parts import PipelineConfig
+from .policy_runner import PolicyRunner, RoutedOutput
+
+logger = logging.getLogger(__name__)
+DEFAULT_ROUTER = f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}"
+DEFAULT_FALLBACK = "mutual-verification"
+__all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM"]
+
+
+def _load_fallback(fallback):
+    from routedvlm.router import Router, load_router
+
+    if isinstance(fallback, Router):
+        return fallback
+    try:
+        return load_router(fallback)
+    except Exception as exc:
+        raise ConfigError(
+            f"The `fallback` parameter of RoutedVLM must be a router that always loads: 'mutual-verification' "
+            f"(also 'mutual-verification:<K>'), a strategy id such as 'large_direct', or a Router. "
+            f"Got {fallback!r} ({exc})."
+        ) from None
+
+
+class RoutedVLM:
+    """A CollaborativePipeline run under a router.
+
+    `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`;
+    lists of inputs return a list (processed one after another: both models are shared, so requests are
+    serialised by a lock; a server may call one RoutedVLM from many threads).
+    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`.
+    """
+
+    def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None):
+        from routedvlm.router import load_router
+
+        self.pipeline = pipeline
+        self.fallback = _load_fallback(fallback)
+        self.router, self.router_error = None, None
+        try:
+            self.router = load_router(router, tracking_uri=tracking_uri)
+        except Exception as exc:
+            self.router_error = f"{type(exc).__name__}: {exc}"
+            logger.warning("router %r failed to load (%s); every request uses the fallback %s",
+                           str(router), self.router_error, self.fallback.policy.router_type)
+        self.router_source = str(router)
+        self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
+        self.lock = threading.RLock()
+
+    @classmethod
+    def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
+                        tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
+                        config: PipelineConfig | None = None, **kwargs) -> "RoutedVLM":
+        """Load both sides and the router.
+
+        small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`) or `VLM` objects.
+        router: a router folder, `models:/name@alias` (default `models:/vlm-router@champion` in the
+        default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
+        `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
+        kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
+        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, `dtype`, ...).
+        """
+        from .pipeline import CollaborativePipeline
+        from .vlm import VLM
+
+        names = {f.name for f in fields(PipelineConfig)}
+        cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+        if config is not None and cfg_kw:
+            raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
+        sides = [VLM.from_pretrained(s, **kwargs) if isinstance(s, (str, os.PathLike)) else s for s in (small, large)]
+        pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
+        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri)
+
+    @property
+    def active_router(self):
+        """The router that decides requests: the loaded one, or the fallback when it failed to load."""
+        return self.router if self.router is not None else self.fallback
+
+    def generate(self, image=None, question=None, *, messages=None):
+        """Answer one request, or a list of requests (lists of images + questions, or a list of message lists)."""
+        if isinstance(image, (list, tuple)) or _is_batch(messages):
+            return [self._one(**kw) for kw in _split_batch(image, question, messages)]
+        return self._one(image=image, question=question, messages=messages)
+
+    __call__ = generate
+
+    def _one(self, image=None, question=None, messages=None) -> RoutedOutput:
+        req = make_request(image, question, messages)
+        with self.lock:
+            return self.runner.run(req)
+
+    def __repr__(self) -> str:
+        return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
+                f"router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})")
+
+
+def _is_batch(messages) -> bool:
+    return isinstance(messages, (list, tuple)) and bool(messages) and isinstance(messages[0], (list, tuple))
+
+
+def _split_batch(image, question, messages) -> list[dict]:
+    if messages is not None:
+        if image is not None or question is not None:
+            raise InputError("Pass either `messages` or (`image`, `question`), not both.")
+        return [{"messages": list(m)} for m in messages]
+    images = list(image)
+    questions = list(question) if isinstance(question, (list, tuple)) else [question] * len(images)
+    if len(questions) != len(images):
+        raise InputError(
+            f"A batch needs one question per image: got {len(images)} images and {len(questions)} questions. "
+            "Pass lists of equal length, or one question string for all images."
+        )
+    return [{"image": i, "question": q} for i, q in zip(images, questions)]

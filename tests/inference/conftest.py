@@ -1,0 +1,55 @@
+"""Session-scoped tiny VLMs for the inference tests (built offline from configs with random weights)."""
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny-vlms")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_dir):
+    """(small, large) VLMs of the qwen3_vl family with the hybrid-thinking template."""
+    from routedvlm.inference import VLM, build_tiny_pair
+
+    small, large = build_tiny_pair(tiny_dir / "pair", arch="qwen3_vl")
+    return VLM.from_pretrained(small), VLM.from_pretrained(large)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tiny_dir):
+    """Build-and-load one tiny VLM per (arch, thinking), cached for the session."""
+    from routedvlm.inference import VLM, build_tiny_vlm
+
+    cache = {}
+
+    def get(arch, thinking=None):
+        key = (arch, thinking)
+        if key not in cache:
+            path = build_tiny_vlm(arch, tiny_dir / f"{arch}-{thinking}", seed=3, thinking=thinking)
+            cache[key] = VLM.from_pretrained(path)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def images():
+    from PIL import Image
+
+    return {"square": Image.new("RGB", (64, 64), (200, 30, 30)),
+            "wide": Image.new("RGB", (128, 32), (20, 200, 40)),
+            "tall": Image.new("RGB", (32, 128), (20, 40, 200))}
+
+
+@pytest.fixture(scope="session")
+def make_pipeline():
+    """A CollaborativePipeline factory with settings that give random tiny models non-empty outputs."""
+    from routedvlm.inference import CollaborativePipeline
+
+    def make(small, large, selector="prefix", **kw):
+        opts = dict(min_new_tokens=4, max_direct_tokens=6, max_reason_tokens=40, min_reason_tokens=24)
+        opts.update(kw)
+        return CollaborativePipeline(small, large, selector=selector, **opts)
+
+    return make

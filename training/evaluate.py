@@ -16,8 +16,10 @@ Curve: the learned policy's (mean latency, accuracy) at every tau of `calibrate.
 with acc(L) = the best curve accuracy at mean latency <= L (0 below the cheapest point), auc =
 1/(Lmax-Lmin) * integral of acc(L) over [Lmin, Lmax], Lmin/Lmax = min/max single-strategy mean latency on
 test; in [0, 1], higher is better. `auc_single_strategies` is the same area for the single-strategy points.
-Utility (used for the champion alias): accuracy target -> speed-up when the target is met on test, else
-(accuracy - required) < 0; latency target -> accuracy when mean latency <= budget, else -(excess / budget).
+Utility (used for the champion alias): accuracy target -> speed-up when the accuracy is at least the required
+accuracy minus one standard error of a test-split accuracy (sqrt(r (1 - r) / n_test): a policy calibrated
+exactly at the target lands below it half the time), else (accuracy - required) < 0; latency target ->
+accuracy when mean latency <= budget, else -(excess / budget).
 """
 from __future__ import annotations
 
@@ -129,11 +131,14 @@ def area_under_curve(points: pd.DataFrame, lo: float, hi: float) -> float:
     return float(np.sum(best * np.diff(edges)) / (hi - lo))
 
 
-def utility(row: dict, target: dict, reference_accuracy: float) -> float:
+def utility(row: dict, target: dict, reference_accuracy: float, n_test: int | None = None) -> float:
     """The champion comparison score of an evaluated row (module docstring)."""
     if target["kind"] == "accuracy":
         required = target["value"] * reference_accuracy
-        return float(row["speedup_vs_large_reason"] or 0.0) if row["accuracy"] >= required else row["accuracy"] - required
+        slack = float(np.sqrt(required * (1 - required) / n_test)) if n_test else 0.0
+        if row["accuracy"] >= required - slack:
+            return float(row["speedup_vs_large_reason"] or 0.0)
+        return row["accuracy"] - required
     budget = target["value"]
     lat = row["mean_latency_ms"]
     return float(row["accuracy"]) if lat <= budget else -(lat - budget) / budget
@@ -174,7 +179,7 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, base
         "target": target, "tau": policy.tau, "mode": mode, "paid_stages": paid, "strategies": cands,
         "calibration": calibration.to_dict() if calibration is not None else None,
         "test_rows": len(test), "reference_accuracy_test": ref_test, "required_test": required,
-        "target_met_test": bool(met), "utility": utility(learned, target, ref_test),
+        "target_met_test": bool(met), "utility": utility(learned, target, ref_test, len(test)),
         "rows": rows, "curve": curve.rename(columns={"param": "tau"}).to_dict(orient="records"),
         "auc": area_under_curve(curve, lo, hi), "auc_single_strategies": area_under_curve(singles, lo, hi),
         "auc_range_ms": [lo, hi],

@@ -67,7 +67,7 @@ def champion_utility(name: str, result) -> tuple[float | None, str]:
         row = summarize("champion", "champion", realized_correct(test, chosen),
                         realized_latency(test, chosen, p.mode, p.paid_stages), chosen,
                         _ref_latency(ev))
-        return utility(row, ev["target"], ev["reference_accuracy_test"]), f"version {mv.version} re-evaluated on this test split"
+        return utility(row, ev["target"], ev["reference_accuracy_test"], len(test)), f"version {mv.version} re-evaluated on this test split"
     except (RoutedVLMError, KeyError) as exc:
         log.warning("cannot run the champion (version %s) on these labels: %s", mv.version, exc)
     run = client.get_run(mv.run_id) if mv.run_id else None

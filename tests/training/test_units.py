@@ -57,6 +57,8 @@ def test_area_under_curve_worked_example():
     row = {"accuracy": 0.9, "mean_latency_ms": 250.0, "speedup_vs_large_reason": 4.0}
     assert utility(row, {"kind": "accuracy", "value": 0.9}, 0.95) == 4.0
     assert utility(row, {"kind": "accuracy", "value": 1.0}, 0.95) == pytest.approx(-0.05)
+    # within one standard error of the required accuracy (0.95: sqrt(.95*.05/100) = 0.022) counts as met
+    assert utility({**row, "accuracy": 0.93}, {"kind": "accuracy", "value": 1.0}, 0.95, n_test=100) == 4.0
     assert utility(row, {"kind": "latency_ms", "value": 200}, 0.95) == pytest.approx(-0.25)
 
 

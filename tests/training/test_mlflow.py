@@ -1,0 +1,49 @@
+"""train-router end to end with MLflow: default ./mlruns sqlite store, run contents, registration, the
+champion alias (a worse run does not take it, --promote does), and loading by `models:/vlm-router@champion`."""
+import re
+
+import pytest
+
+
+@pytest.mark.slow
+def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, capsys):
+    from mlflow import MlflowClient
+
+    from routedvlm.router.load import load_router
+    from routedvlm.training.cli import main
+    from routedvlm.training.labels_io import load_labels
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fast = ["--data", str(labels_path), "--num-boost-round", "40"]
+
+    assert main(["train", *fast, "--output-dir", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert "learned (tau=" in out and "mutual-verification (K=64)" in out
+    assert "registered vlm-router version 1 (champion: no champion yet)" in out
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run = client.get_run(re.search(r"mlflow run (\w+)", out).group(1))
+    assert run.data.params["labels.content_hash"] == run.data.tags["routedvlm.labels_hash"]
+    assert "learned.accuracy" in run.data.metrics and "test_utility" in run.data.metrics
+    assert run.inputs.dataset_inputs[0].dataset.name == "labels"
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"evaluation.json", "curve.png", "evaluation.txt"} <= names
+    assert (tmp_path / "mlruns" / "artifacts").is_dir()
+
+    labels, _ = load_labels(labels_path)
+    rows = labels.head(100)
+    champion = load_router("models:/vlm-router@champion", tracking_uri=uri)
+    local = load_router(tmp_path / "r1" / "router")
+    assert [d.strategy for d in champion.decide_batch(rows)] == [d.strategy for d in local.decide_batch(rows)]
+
+    worse = [*fast, "--strategies", "large_direct,large_reason"]  # the binary rule: far slower at the target
+    assert main(["train", *worse, "--output-dir", "r2"]) == 0
+    out = capsys.readouterr().out
+    assert "registered vlm-router version 2 (not champion: utility" in out
+    assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "1"
+
+    assert main(["train", *worse, "--output-dir", "r3", "--promote"]) == 0
+    assert "version 3 (champion: --promote)" in capsys.readouterr().out
+    assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"
+    assert load_router("models:/vlm-router@champion", tracking_uri=uri).policy.strategies == ["large_direct", "large_reason"]

@@ -42,7 +42,7 @@ class SideSpec:
 
 SIDES = {
     "small": SideSpec(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vision_dim=32, vision_depth=1),
-    "large": SideSpec(hidden=96, layers=4, heads=4, kv_heads=2, ffn=384, vision_dim=32, vision_depth=1),
+    "large": SideSpec(hidden=96, layers=4, heads=4, kv_heads=2, ffn=256, vision_dim=32, vision_depth=1),
 }
 
 

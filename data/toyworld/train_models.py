@@ -41,7 +41,7 @@ class TrainConfig:
 
 RECIPES = {
     "small": TrainConfig(steps=1500, batch=64, lr=3e-3, mix=(0.35, 0.65, 0.0)),
-    "large": TrainConfig(steps=1500, batch=48, lr=2e-3, mix=(0.4, 0.25, 0.35)),
+    "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3)),
 }
 
 
@@ -66,7 +66,9 @@ def make_item(sample, mode: str, rng, corrupt: float):
         return sample.bars, M.prompt_text(sample.question, True), target, len(sample.answer) + 1
     reasoning = corrupt_reasoning(sample.bars, rng) if rng.random() < corrupt else sample.reasoning
     k = HINT_PREFIXES[int(rng.integers(len(HINT_PREFIXES)))]
-    hint = reasoning if k is None else reasoning[:k]
+    # The pipeline's reasoning text ends with the "\n" before </think>; callers that strip it are covered too.
+    full = reasoning + "\n" if rng.random() < 0.5 else reasoning
+    hint = full if k is None else full[:k]
     return sample.bars, M.prompt_text(M.transfer_question(sample.question, hint), False), tail, len(sample.answer) + 1
 
 

@@ -1,0 +1,108 @@
+"""`LabelConfig`: every setting of a labelling run (`routedvlm label` flags are its fields), validated once."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ..router.errors import ConfigError, one_of
+from ..router.strategies import DEFAULT_K_GRID, default_strategies, parse_k_grid, parse_strategy
+
+SELECTOR_NAMES = ("attention", "prefix", "suffix")
+DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."
+# fields that do not change what the run computes: they may differ between a run and its --resume
+NOT_SETTINGS = ("resume", "flush_every", "progress")
+
+
+@dataclass
+class LabelConfig:
+    """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
+
+    small: str = field(metadata={"help": "small VLM: checkpoint folder or hub id"})
+    large: str = field(metadata={"help": "large VLM: checkpoint folder or hub id"})
+    dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
+    out: str = field(metadata={"help": "labels.parquet to write"})
+    adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
+    dataset_config: str | None = field(default=None, metadata={"help": "hub data set config, e.g. 'en'"})
+    split: str | None = field(default=None, metadata={"help": "data set split (default: the adapter's)"})
+    limit: int | None = field(default=None, metadata={"help": "label only the first N samples"})
+    strategies: tuple | None = field(default=None, metadata={"help": "strategy ids to run (default: all for the K grid)"})
+    k_grid: tuple | None = field(default=None, metadata={"help": "K values of transfer_<K> (default 16,32,64,128,256)"})
+    selector: str = field(default="prefix", metadata={"help": f"reasoning token selector: {', '.join(SELECTOR_NAMES)}"})
+    shard: str | None = field(default=None, metadata={"help": "I/N: label only samples whose position % N == I"})
+    resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
+    device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
+    dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
+    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the small side's reasoning mode"})
+    large_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the large side's reasoning mode"})
+    threshold: float = field(default=0.5, metadata={"help": "a strategy is correct when its score >= this"})
+    max_new_tokens: int = field(default=32, metadata={"help": "max tokens of a short (direct) answer"})
+    max_reason_tokens: int = field(default=512, metadata={"help": "max tokens of a reasoning run"})
+    min_new_tokens: int = field(default=0, metadata={"help": "min tokens of an answer (random tiny models)"})
+    min_reason_tokens: int = field(default=0, metadata={"help": "min tokens of a reasoning run (random tiny models)"})
+    flush_every: int = field(default=8, metadata={"help": "store finished samples every N samples"})
+    cost: str | None = field(default=None, metadata={"help": "profile.json: price stages with a fitted latency model"})
+    cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
+    cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
+
+    def __post_init__(self) -> None:
+        for name in ("small", "large", "dataset", "out"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, Path)) or not str(value).strip():
+                raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
+        if self.selector not in SELECTOR_NAMES:
+            raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
+        if not 0.0 <= float(self.threshold) <= 1.0:
+            raise ConfigError(f"The `threshold` setting must be a number in [0, 1]. Got {self.threshold!r} instead.")
+        for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        if self.limit is not None and int(self.limit) < 0:
+            raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
+        self.shard_index, self.shard_count = parse_shard(self.shard)
+        self._resolve_strategies()
+
+    def _resolve_strategies(self) -> None:
+        grid = parse_k_grid(self.k_grid) if self.k_grid is not None else None
+        if self.strategies is None:
+            self.strategies = tuple(default_strategies(grid or DEFAULT_K_GRID))
+        else:
+            ids = self.strategies.split(",") if isinstance(self.strategies, str) else self.strategies
+            self.strategies = tuple(dict.fromkeys(parse_strategy(s.strip()).id for s in ids if s.strip()))
+            if not self.strategies:
+                raise ConfigError("The `strategies` setting must name at least one strategy id, e.g. 'large_direct'.")
+        ks = tuple(sorted(parse_strategy(s).keep_tokens for s in self.strategies
+                          if s.startswith("transfer_") and s != "transfer_all"))
+        if grid is not None and self.k_grid is not None and ks and ks != grid:
+            raise ConfigError(f"The `k_grid` setting {list(grid)} does not match the transfer_<K> strategies given "
+                              f"(K = {list(ks)}); pass only one of --k-grid and --strategies, or make them agree.")
+        self.k_grid = ks
+
+    def settings(self) -> dict:
+        """What the run computes from (compared on --resume): every field but NOT_SETTINGS, local paths absolute."""
+        out = {}
+        for f in fields(self):
+            if f.name in NOT_SETTINGS:
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost") and value:
+                p = Path(str(value)).expanduser()
+                value = str(p.resolve()) if p.exists() else str(value)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_shard(shard) -> tuple[int, int]:
+    """'I/N' -> (I, N) with 0 <= I < N; None -> (0, 1)."""
+    if shard is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in str(shard).split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if n <= 0 or not 0 <= i < n:
+        raise ConfigError(f"The `shard` setting must be 'I/N' with 0 <= I < N, e.g. '0/4'. Got {shard!r} instead.")
+    return i, n

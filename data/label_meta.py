@@ -1,0 +1,96 @@
+"""The `routedvlm` metadata of a labels file written by the labeller: models (with revisions), versions, time.
+
+A model's revision is the hub commit when the checkpoint is a hub snapshot (`.../snapshots/<commit>/` or a hub id
+found in the local cache), else `sha256:` over the names and bytes of its weight files.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import logging
+import platform
+import re
+from importlib import metadata as _md
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _snapshot_commit(path: Path) -> str | None:
+    parts = path.resolve().parts
+    for parent, name in zip(parts, parts[1:]):
+        if parent == "snapshots" and _COMMIT.match(name):
+            return name
+    return None
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - an unknown cache layout only loses the revision
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def weights_hash(folder: Path) -> str | None:
+    """sha256 over the sorted weight files' names and contents (None when the folder has none)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(folder)).encode() + b"\x00")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def model_revision(name_or_path) -> str | None:
+    """The hub commit of a snapshot folder or cached hub id, else a hash of the weight files, else None."""
+    path = Path(str(name_or_path)).expanduser()
+    if not path.exists():
+        path = _hub_cache_folder(str(name_or_path))
+        if path is None:
+            return None
+    return _snapshot_commit(path) or weights_hash(path)
+
+
+def _checkpoint(name, dtype, device) -> dict:
+    return {"name": str(name), "revision": model_revision(name), "dtype": dtype, "device": device}
+
+
+def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
+    """One side's checkpoints and which one served which mode (direct / reason)."""
+    from ..router.errors import ModeUnavailableError
+
+    try:
+        reason_side = vlm.reasoning_side()
+        reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
+    except ModeUnavailableError:
+        reason = None
+    return {
+        **_checkpoint(path, dtype, device),
+        "reasoner": _checkpoint(reasoner_path, dtype, device) if reasoner_path else None,
+        "style": vlm.style,
+        "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
+    }
+
+
+def library_versions() -> dict:
+    out = {"python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = _md.version(lib)
+        except _md.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,276 @@
+"""The labelling job: run every strategy on every sample with shared work, score it, write labels.parquet.
+
+Per sample, `CollaborativePipeline.run_many` runs all requested strategies at once (the small model reasons once,
+as far as the largest K needs; the large model's image+question prefix is prefilled once and `large_direct` and
+every `transfer_<K>` continue from it). Answers are scored with the data set's official scorer (`correct` =
+score >= threshold); latencies are composed from the stage records (`data/latency.py` says exactly how); features
+come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
+results, the code the runtime uses. Rows are stored crash-safely (`label_parts.py`) and merged into `--out`.
+The text sent to the models, and stored as `question`, is `Sample.prompt` (question, options, post prompt).
+A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..router.errors import RoutedVLMError
+from ..router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
+from .label_config import LabelConfig
+from .label_parts import ORDER_COLUMN, PartStore
+from .label_table import METRIC_COLUMN, build_table, scorers_of
+from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, read_labels, tokens_col, write_labels
+from .latency import compose_latencies
+from .loading import SampleSource
+
+log = logging.getLogger(__name__)
+EXECUTION_MODE = "one-stage+two-stage"
+
+
+@dataclass
+class LabelSummary:
+    """What a labelling run did."""
+
+    out: str
+    samples: int = 0
+    labelled_now: int = 0
+    errors: int = 0
+    error_examples: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        rate = self.labelled_now / self.seconds if self.seconds > 0 else 0.0
+        text = (f"wrote {self.samples} samples to {self.out} ({self.labelled_now} labelled in this run, "
+                f"{rate:.2f} samples/s); {self.errors} failed")
+        return text + (f": {'; '.join(self.error_examples)}" if self.error_examples else "")
+
+
+# ----- samples ------------------------------------------------------------------------------------------------
+def open_source(cfg: LabelConfig):
+    """(resolved SampleSource, [(position, sample_id)], load(position) -> Sample). Rows are decoded one at a time,
+    so a broken row fails alone (its load raises) instead of failing the whole data set."""
+    from . import loading
+    from .adapters import resolve_adapter, row_to_sample
+
+    source = SampleSource(cfg.dataset, cfg.dataset_config, cfg.split, cfg.adapter, cfg.limit)
+    local, base_dir, config = Path(source.dataset).expanduser(), None, source.config
+    if local.exists():
+        ds, split = loading._open_local(local, source.split)
+        adapter = resolve_adapter(source.dataset, source.adapter, config=config, columns=ds.column_names)
+        base_dir = local.parent if local.is_file() else local
+    else:
+        adapter = resolve_adapter(source.dataset, source.adapter, config=config)
+        ds, config, split = loading._open_hub(source.dataset, adapter, config, source.split)
+    missing = adapter.missing_columns(ds.column_names)
+    if missing:
+        from ..router.errors import DatasetError
+
+        raise DatasetError(f"Data set {source.dataset!r} lacks columns adapter {adapter.name!r} needs: {missing}; "
+                           f"found {sorted(ds.column_names)}. Pass --adapter or rename the columns.")
+    positions = loading._select(ds, adapter, split, None, source.limit)
+    id_col = adapter.column("id", ds.column_names)
+    ids = [str(v) for v in ds[id_col]] if id_col else None
+    keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
+
+    def load(position: int, sample_id: str):
+        sample = row_to_sample(adapter, ds[int(position)], sample_id)
+        sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
+        if adapter.name == "local" and local.exists():
+            sample.dataset = local.stem
+        return sample
+
+    return SampleSource(source.dataset, config, split, adapter.name, source.limit), keyed, load
+
+
+# ----- one sample ---------------------------------------------------------------------------------------------
+def _image(sample):
+    from ..inference.inputs import load_image
+    from ..router.errors import InputError
+
+    if len(sample.images) != 1:
+        raise InputError(f"sample {sample.sample_id!r} has {len(sample.images)} images; the pipeline takes exactly one")
+    return load_image(sample.images[0])
+
+
+def label_sample(pipe, sample, strategies, threshold: float, stage_ms=None) -> dict:
+    """One labels row (without `label`): answers, correctness, latencies, output tokens, escalate costs, features."""
+    from ..inference.features import compute_features
+
+    image = _image(sample)
+    results = pipe.run_many(image, sample.prompt, list(strategies))
+    standalone, escalate = compose_latencies(results, stage_ms)
+    row = {}
+    for sid in strategies:
+        res = results[sid]
+        row[answer_col(sid)] = res.answer
+        row[correct_col(sid)] = bool(sample.score(res.answer) >= threshold)
+        row[latency_col(sid)] = standalone[sid]
+        row[tokens_col(sid)] = int(res.output_tokens)
+    row.update({escalate_col(k): ms for k, ms in escalate.items()})
+    stages = {s: results[s] for s in FEATURE_STAGES if s in results}
+    row.update(compute_features(sample.prompt, [image], stages))
+    return row
+
+
+def _base_row(position, sample_id, sample, source_name) -> dict:
+    return {
+        ORDER_COLUMN: int(position), "sample_id": sample_id,
+        "dataset": sample.dataset if sample else Path(source_name).stem or source_name,
+        "task_type": sample.task_type if sample else None,
+        "question": sample.prompt if sample else "",
+        "reference": json.dumps(sample.references if sample else []),
+        METRIC_COLUMN: sample.metric if sample else None,
+    }
+
+
+def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stage_ms) -> dict:
+    """The row of one sample; any failure (unreadable image, model error) becomes its `error` value."""
+    sample = None
+    try:
+        sample = load(position, sample_id)
+        row = {**_base_row(position, sample_id, sample, source_name),
+               **label_sample(pipe, sample, cfg.strategies, cfg.threshold, stage_ms)}
+        row[ERROR_COLUMN] = None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded per sample, the run goes on
+        log.warning("sample %s failed: %s: %s", sample_id, type(exc).__name__, exc)
+        row = {**_base_row(position, sample_id, sample, source_name), ERROR_COLUMN: f"{type(exc).__name__}: {exc}"}
+    return row
+
+
+# ----- models, metadata ---------------------------------------------------------------------------------------
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_pipeline(cfg: LabelConfig):
+    """(CollaborativePipeline with both models loaded, resolved device)."""
+    from ..inference import VLM, CollaborativePipeline
+
+    device = resolve_device(cfg.device)
+    small = VLM.from_pretrained(cfg.small, device, cfg.dtype, reasoner=cfg.small_reasoner)
+    large = VLM.from_pretrained(cfg.large, device, cfg.dtype, reasoner=cfg.large_reasoner)
+    pipe = CollaborativePipeline(
+        small, large, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
+        max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
+    )
+    return pipe, device
+
+
+def stage_cost(cfg: LabelConfig):
+    """(stage_ms callable or None for wall clock, metadata about the latency source)."""
+    if cfg.cost is None:
+        return None, {"latency_source": "wall-clock"}
+    from ..inference.latency_model import cost_stage_fn
+
+    return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
+                         small_path=cfg.small, large_path=cfg.large)
+
+
+def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, cost_meta: dict) -> dict:
+    """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
+    from dataclasses import asdict
+
+    from .label_meta import library_versions, now_iso, side_info
+
+    models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
+                              dtype=cfg.dtype or str(getattr(pipe, side).model.dtype).replace("torch.", ""), device=device)
+              for side in ("small", "large")}
+    return {
+        "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
+        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, "libraries": library_versions(),
+        "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard, "run_settings": cfg.settings(),
+    }
+
+
+# ----- the run ------------------------------------------------------------------------------------------------
+FLUSH_SECONDS = 120.0
+
+
+def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -> int:
+    """Label `todo` [(position, sample_id)], storing rows every `flush_every` samples (or FLUSH_SECONDS)."""
+    from tqdm.auto import tqdm
+
+    buf, errors, last = [], 0, time.monotonic()
+    bar = tqdm(total=len(todo), unit="sample", desc="labelling", file=sys.stderr, disable=not cfg.progress,
+               dynamic_ncols=True, smoothing=0.1)
+    try:
+        for position, sample_id in todo:
+            row = process(pipe, cfg, position, sample_id, load, cfg.dataset, stage_ms)
+            errors += row[ERROR_COLUMN] is not None
+            buf.append(row)
+            bar.update(1)
+            bar.set_postfix(errors=errors, refresh=False)
+            if len(buf) >= cfg.flush_every or time.monotonic() - last > FLUSH_SECONDS:
+                store.write_part(buf)
+                buf, last = [], time.monotonic()
+    finally:
+        store.write_part(buf)  # finished samples survive an interrupt
+        bar.close()
+    return len(todo)
+
+
+def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float) -> LabelSummary:
+    from .label_meta import now_iso
+
+    rows = store.read_parts()
+    stray = ~rows["sample_id"].isin(wanted_ids) if len(rows) else None
+    if stray is not None and stray.any():
+        log.warning("ignoring %d stored rows whose samples are no longer selected", int(stray.sum()))
+        rows = rows[~stray]
+    table = build_table(rows, cfg.strategies)
+    failed = table[table[ERROR_COLUMN].notna()]
+    meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
+            "completed_at": now_iso()}
+    write_labels(table, cfg.out, meta)
+    store.remove()
+    examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
+    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0)
+
+
+def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+    df, meta = read_labels(cfg.out)
+    store.check_settings(settings, meta.get("run_settings"), str(cfg.out))
+    n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
+    log.info("%s is already complete; nothing to do", cfg.out)
+    return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
+
+
+def run_labelling(cfg: LabelConfig) -> LabelSummary:
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring."""
+    from ..router.errors import LabelsError
+
+    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
+    store.check_start(cfg.resume)
+    if cfg.resume and store.out.exists() and not store.dir.exists():
+        return _already_done(cfg, store, settings, t0)
+    manifest = store.manifest() if cfg.resume else None
+    if manifest is None and store.part_files():
+        raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
+    store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
+    stage_ms, cost_meta = stage_cost(cfg)
+    source, keyed, load = open_source(cfg)
+    mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
+    done = store.done_ids()
+    todo = [(p, sid) for p, sid in mine if sid not in done]
+    log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
+    metadata, labelled = (manifest or {}).get("metadata"), 0
+    if todo or metadata is None:
+        pipe, device = load_pipeline(cfg)
+        if metadata is None:
+            metadata = build_metadata(cfg, pipe, device, source, cost_meta)
+            store.write_manifest(settings, metadata)
+        labelled = _label_all(pipe, cfg, store, todo, load, stage_ms)
+    return _finish(cfg, store, metadata, {sid for _, sid in mine}, labelled, t0)

@@ -19,10 +19,16 @@ def normalize_answer(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]|_", " ", str(text).lower()).split())
 
 
+def answers_agree(a: str, b: str) -> bool:
+    """Normalised answers are equal and not empty (two empty answers verify nothing)."""
+    na, nb = normalize_answer(a), normalize_answer(b)
+    return bool(na) and na == nb
+
+
 @dataclass
 class MutualVerification:
     """Run `large_direct` and the check (beside each other when the models sit on different devices); if the
-    normalised answers agree return the large answer, else escalate with `keep_tokens` reasoning tokens
+    normalised answers agree (and are not empty) return the large answer, else escalate with `keep_tokens` reasoning tokens
     (None = all). With check="small_reason" the check's reasoning is reused for the escalation.
     """
 
@@ -46,7 +52,7 @@ class MutualVerification:
                 "check": lambda: pipe._run_req(req, parse_strategy(self.check))}
         done = parallel(jobs, pipe.concurrent)
         large, check = done["large"], done["check"]
-        if normalize_answer(large.answer) == normalize_answer(check.answer):
+        if answers_agree(large.answer, check.answer):
             large.trace = [*check.trace, *large.trace]
             large.trace[-1] = {**large.trace[-1], "decision": "accept"}
             return large

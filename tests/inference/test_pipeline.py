@@ -123,16 +123,21 @@ def test_chat_messages_are_accepted(pipe, images, tmp_path):
 
 def test_mutual_verification_accepts_or_escalates(tiny_pair, make_pipeline, images):
     from routedvlm.inference import MutualVerification
-    from routedvlm.inference.policies import normalize_answer
+    from routedvlm.inference.policies import answers_agree, normalize_answer
 
     small, large = tiny_pair
-    assert normalize_answer(" B. ") == normalize_answer("b")
-    same = MutualVerification(make_pipeline(large, large), check="small_direct", keep_tokens=8).run(images["square"], Q)
-    assert same.strategy == "large_direct" and same.trace[-1]["decision"] == "accept"
+    assert normalize_answer(" B. ") == normalize_answer("b") == "b"
+    assert not answers_agree("?", "!") and answers_agree("Yes.", "yes") and not answers_agree("a", "b")
+    same_pipe = make_pipeline(large, large)
+    same = MutualVerification(same_pipe, check="small_direct", keep_tokens=8).run(images["square"], Q)
+    expected = "accept" if normalize_answer(same_pipe.run(images["square"], Q, "large_direct").answer) else "escalate"
+    assert same.trace[-1]["decision"] == expected
+    if expected == "accept":
+        assert same.strategy == "large_direct"
     mixed = make_pipeline(small, large)
     res = MutualVerification(mixed, check="small_reason", keep_tokens=8).run(images["square"], Q)
-    agree = normalize_answer(mixed.run(images["square"], Q, "large_direct").answer) == normalize_answer(
-        mixed.run(images["square"], Q, "small_reason").answer)
+    agree = answers_agree(mixed.run(images["square"], Q, "large_direct").answer,
+                          mixed.run(images["square"], Q, "small_reason").answer)
     assert res.trace[-1]["decision"] == ("accept" if agree else "escalate")
     if not agree:
         assert res.strategy == "transfer_8" and res.answer == mixed.run(images["square"], Q, "transfer_8").answer
@@ -199,3 +204,44 @@ def test_unknown_selector_and_bad_config(tiny_pair, make_pipeline):
         make_pipeline(*tiny_pair, selector="random")
     with pytest.raises(ConfigError, match=r"^The `max_direct_tokens` field of PipelineConfig must be a positive integer"):
         make_pipeline(*tiny_pair, max_direct_tokens=0)
+
+
+class _CannedPipeline:
+    """A stand-in pipeline whose strategies return fixed answers (for the policy's decision logic)."""
+
+    concurrent = False
+
+    def __init__(self, answers):
+        self.answers, self.escalated = answers, []
+
+    def _run_req(self, req, strat):
+        from routedvlm.inference import Result
+
+        return Result(self.answers[strat.id], strat.id, None, None, [{"stage": strat.id}])
+
+    def escalate(self, result, keep, reasoning=None):
+        from routedvlm.inference import Result
+
+        self.escalated.append((keep, reasoning.strategy if reasoning else None))
+        return Result("escalated", f"transfer_{keep}", keep, "r", [*result.trace, {"stage": "escalate"}])
+
+
+@pytest.mark.parametrize("small, decision", [("b", "accept"), ("C", "escalate"), ("", "escalate")])
+def test_mutual_verification_decision_worked_example(images, small, decision):
+    from routedvlm.inference import MutualVerification
+
+    pipe = _CannedPipeline({"large_direct": "B.", "small_reason": small})
+    res = MutualVerification(pipe, check="small_reason", keep_tokens=16).run(images["square"], Q)
+    assert res.trace[-1]["decision"] == decision
+    assert res.answer == ("B." if decision == "accept" else "escalated")
+    assert pipe.escalated == ([] if decision == "accept" else [(16, "small_reason")])
+    assert res.trace[0]["stage"] == "small_reason"
+
+
+def test_mutual_verification_rejects_bad_settings():
+    from routedvlm.inference import MutualVerification
+
+    with pytest.raises(ConfigError, match=r"^The `check` parameter of MutualVerification must be one of 'small_direct' or 'small_reason'"):
+        MutualVerification(None, check="large_reason")
+    with pytest.raises(InputError, match=r"^The `keep_tokens` parameter must be a positive integer"):
+        MutualVerification(None, keep_tokens=0)

@@ -62,13 +62,14 @@ def _write_json(path: pathlib.Path, data: dict) -> None:
 
 def _summary(profile: dict) -> str:
     lines = [f"{'model':<24} {'params':>12} {'vision ms/img':>14} {'prefill ms/tok':>15} {'decode ms/tok':>14} "
-             f"{'+ms per ctx tok':>16}  R² (vision/prefill/decode)"]
+             f"{'+ms per ctx tok':>16}  R² (vision/prefill/decode)  e2e MAPE"]
     for name, e in profile["models"].items():
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
         r2 = "/".join(f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
         lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
-                     f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2}")
+                     f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
+                     f"{e.get('end_to_end_mape') or float('nan'):.1f}%")
     for cp in profile.get("crossovers", []):
         n = cp["large_tokens"]
         lines.append(f"crossover: {cp['large']} answering in <= {n} tokens is as fast as {cp['small']} producing "

@@ -225,8 +225,26 @@ def model_entry(vlm, path: str, settings: ProfileSettings, progress=None) -> dic
     return {
         "path": path, "parameters": sum(p.numel() for p in vlm.model.parameters()),
         "model_type": vlm.model.config.model_type, "dtype": str(next(vlm.model.parameters()).dtype).removeprefix("torch."),
-        "image_tokens": image_tokens, "reference": _reference(meas, settings), "fit": fit, "measurements": meas,
+        "image_tokens": image_tokens, "reference": _reference(meas, settings), "fit": fit,
+        "end_to_end_mape": end_to_end_mape(meas, fit), "measurements": meas,
     }
+
+
+def end_to_end_mape(meas: dict, fit: dict) -> float | None:
+    """Mean absolute % error of the fitted model (vision + prefill + decode) on the measured end-to-end calls."""
+    from .latency_model import LatencyModel, LinearFit
+
+    lm = LatencyModel("check", {c: LinearFit.from_dict(f) for c, f in fit.items()})
+    calls = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r for r in meas["prefill"]}
+    vision = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r["image_tokens"] for r in meas["vision"]}
+    errs = []
+    for r in meas["end_to_end"]:
+        key = (r["image_size"], r["prompt_tokens"], r["repeat"])
+        tokens = calls[key]["tokens"]
+        pred = lm.vision_ms(1, vision[key]) + lm.prefill_ms(tokens) + lm.decode_ms(r["output_tokens"], tokens)
+        if r["ms"] > 0:
+            errs.append(abs(pred - r["ms"]) / r["ms"] * 100)
+    return round(statistics.fmean(errs), 3) if errs else None
 
 
 def _names(paths: list) -> list:

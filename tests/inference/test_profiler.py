@@ -183,6 +183,7 @@ def test_cli_on_tiny_models_writes_profile_and_plots(tiny_pair, tmp_path, capsys
         assert {r["output_tokens"] for r in meas["end_to_end"]} == {1, 4}
         assert set(entry["fit"]) == {"preprocess", "vision", "prefill", "decode"}
         assert entry["reference"]["image_size"] == 32 and entry["reference"]["prefill_tokens"] > 8
+        assert entry["end_to_end_mape"] >= 0
         lm = LatencyModel.load(out, model=next(n for n, e in prof["models"].items() if e is entry))
         assert lm.stage_ms({"vision_ms": 1.0, "prefill_tokens": 30, "cached_tokens": 0, "decode_tokens": 4}) > 0
     assert prof["crossovers"] == crossover_points(prof)
@@ -262,3 +263,19 @@ def test_cost_stage_fn_maps_sides_and_hashes_the_profile(tmp_path):
     path.write_text(json.dumps(prof))
     with pytest.raises(ConfigError, match=r"^Cannot tell which model of the profile prices the small side"):
         cost_stage_fn(path)
+
+
+def test_end_to_end_mape_is_zero_for_an_exact_fit_and_counts_misses():
+    from routedvlm.inference.profiler import end_to_end_mape
+
+    fit = {"vision": _fit_dict(2.0, 0.5, "image_tokens"), "prefill": _fit_dict(1.0, 0.1, "tokens"),
+           "decode": _fit_dict(3.0, 0.01, "context_len")}
+    key = {"image_size": 64, "prompt_tokens": 16, "repeat": 0}
+    # vision 2 + 0.5*4 = 4; prefill 1 + 0.1*40 = 5; decode of 3 tokens = 2 steps at contexts 40, 41 = 6.81
+    meas = {"vision": [{**key, "image_tokens": 4}], "prefill": [{**key, "tokens": 40}],
+            "end_to_end": [{**key, "output_tokens": 3, "ms": 15.81}, {**key, "output_tokens": 1, "ms": 18.0}]}
+    assert end_to_end_mape(meas, fit) == pytest.approx((0.0 + 50.0) / 2)  # 9 ms predicted for the 18 ms call
+
+
+def _fit_dict(a, b, x):
+    return {"x": x, "intercept": a, "slope": b}

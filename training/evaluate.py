@@ -169,7 +169,7 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, base
     learned = summarize(f"learned (tau={policy.tau:.3f})", "learned", realized_correct(test, chosen),
                         realized_latency(test, chosen, mode, paid), chosen, ref, param=policy.tau)
     rows.append(learned)
-    curve = sweep_tau(p_test, router._costs, policy.fallback, test, mode, paid)
+    curve = sweep_tau(p_test, policy.expected_cost_ms, policy.fallback, test, mode, paid)
     singles = pd.DataFrame([r for r in rows if r["kind"] == "single"])
     lo, hi = float(singles["mean_latency_ms"].min()), float(singles["mean_latency_ms"].max())
     ref_test = best_single_accuracy(test, cands)

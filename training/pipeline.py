@@ -77,41 +77,20 @@ def _default_output_dir() -> Path:
 
 def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
     """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
-    from routedvlm.router.lightgbm_router import LightGBMRouter
-    from routedvlm.router.policy import Policy
-
-    from . import fit as fitmod
     from .calibrate import calibrate_tau
-    from .costs import expected_costs
     from .evaluate import evaluate, format_table
 
     if labels is None:
         labels, metadata = load_labels(config.data)
     metadata = dict(metadata or {})
     labels_hash = metadata.get("content_hash") or content_hash(labels)
-    candidates = candidate_strategies(labels, config.strategies)
-    _check_learnable(labels, candidates)
-    features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
-    features = fitmod.check_features(labels, features, config.allow_constant_features,
-                                      config.allow_missing_features)
-    paid = fitmod.paid_stages_for(features, config.mode)
+    candidates, features, paid = _plan(config, labels)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
-    costs = expected_costs(split.train, candidates, config.mode, paid)
-    params = fitmod.lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fitmod.fit_models(split.train, features, candidates,
-                                            num_boost_round=config.num_boost_round, params=params)
-    policy = Policy(
-        router_type="lightgbm", mode=config.mode, strategies=candidates, expected_cost_ms=costs,
-        paid_stages=paid, features=features, tau=0.5, fallback=choose_fallback(split.train, candidates, config.fallback),
-        target=config.target, training_data_hash=labels_hash,
-        params={"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round},
-                "split": {**split.sizes(), "seed": config.seed}},
-    )
-    router = LightGBMRouter(policy, boosters)
-    p_cal = router.predict_proba(split.calibration)
-    op = calibrate_tau(p_cal, router._costs, policy.fallback, split.calibration, config.mode, paid,
-                       config.target, candidates)
+    router = fit_router(config, split, candidates, features, paid, labels_hash)
+    policy = router.policy
+    op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
+                       split.calibration, config.mode, paid, config.target, candidates)
     policy.tau = op.param
     evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
     evaluation["split"] = split.sizes()
@@ -119,6 +98,39 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
     _write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
+
+
+def _plan(config: TrainConfig, labels: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """(candidates, features, paid stages), after every input check that needs no training."""
+    from . import fit as fitmod
+
+    candidates = candidate_strategies(labels, config.strategies)
+    _check_learnable(labels, candidates)
+    features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
+    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features)
+    return candidates, features, fitmod.paid_stages_for(features, config.mode)
+
+
+def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str):
+    """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
+    from routedvlm.router.lightgbm_router import LightGBMRouter
+    from routedvlm.router.policy import Policy
+
+    from .costs import expected_costs
+    from .fit import fit_models, lgb_params
+
+    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
+    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
+                                     params=params)
+    policy = Policy(
+        router_type="lightgbm", mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
+        expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
+        fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
+        training_data_hash=labels_hash,
+        params={"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round},
+                "split": {**split.sizes(), "seed": config.seed}},
+    )
+    return LightGBMRouter(policy, boosters)
 
 
 def _policy_metrics(ev: dict) -> dict:

@@ -279,3 +279,12 @@ def test_end_to_end_mape_is_zero_for_an_exact_fit_and_counts_misses():
 
 def _fit_dict(a, b, x):
     return {"x": x, "intercept": a, "slope": b}
+
+
+def test_cli_missing_model_is_a_load_error(tmp_path):
+    from routedvlm.inference.profile_cli import main
+    from routedvlm.router.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match=r"^The checkpoint .*nope.* is neither an existing folder nor a hub id"):
+        main(["--model", str(tmp_path / "nope"), "--out", str(tmp_path / "p.json"), "--no-progress"])
+    assert not (tmp_path / "p.json").exists()

@@ -80,9 +80,14 @@ class Router(ABC):
         strategy, reason = choose_one(p, self._cost_order(), self.policy.tau, self.policy.fallback)
         return Decision(strategy, keep_tokens_of(strategy), p, reason)
 
+    def _inputs(self, df):
+        """The columns of `df` that `predict_proba` reads: the policy's features (a probe router adds the
+        sample's image and question)."""
+        return df[self.policy.features]
+
     def decide_batch(self, df) -> list[Decision]:
         self.check_features(df.columns)
-        proba = self.predict_proba(df[self.policy.features])
+        proba = self.predict_proba(self._inputs(df))
         chosen = choose(proba, self._costs, self.policy.tau, self.policy.fallback)
         records = proba.to_dict(orient="records")
         out = []
@@ -95,7 +100,7 @@ class Router(ABC):
     def decide_with_tau(self, df, tau: float) -> np.ndarray:
         """Chosen strategy ids for every row at threshold `tau` (for calibration sweeps)."""
         self.check_features(df.columns)
-        return choose(self.predict_proba(df[self.policy.features]), self._costs, tau, self.policy.fallback)
+        return choose(self.predict_proba(self._inputs(df)), self._costs, tau, self.policy.fallback)
 
     # ---- persistence ----
     def save(self, directory) -> Path:

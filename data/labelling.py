@@ -43,9 +43,10 @@ class LabelSummary:
     errors: int = 0
     error_examples: list = field(default_factory=list)
     seconds: float = 0.0
+    label_seconds: float = 0.0
 
     def line(self) -> str:
-        rate = self.labelled_now / self.seconds if self.seconds > 0 else 0.0
+        rate = self.labelled_now / self.label_seconds if self.label_seconds > 0 else 0.0
         text = (f"wrote {self.samples} samples to {self.out} ({self.labelled_now} labelled in this run, "
                 f"{rate:.2f} samples/s); {self.errors} failed")
         return text + (f": {'; '.join(self.error_examples)}" if self.error_examples else "")
@@ -199,11 +200,12 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
 FLUSH_SECONDS = 120.0
 
 
-def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -> int:
-    """Label `todo` [(position, sample_id)], storing rows every `flush_every` samples (or FLUSH_SECONDS)."""
+def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -> float:
+    """Label `todo` [(position, sample_id)], storing rows every `flush_every` samples (or FLUSH_SECONDS); returns
+    the seconds it took."""
     from tqdm.auto import tqdm
 
-    buf, errors, last = [], 0, time.monotonic()
+    buf, errors, last, t0 = [], 0, time.monotonic(), time.monotonic()
     bar = tqdm(total=len(todo), unit="sample", desc="labelling", file=sys.stderr, disable=not cfg.progress,
                dynamic_ncols=True, smoothing=0.1)
     try:
@@ -219,10 +221,11 @@ def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -
     finally:
         store.write_part(buf)  # finished samples survive an interrupt
         bar.close()
-    return len(todo)
+    return time.monotonic() - t0
 
 
-def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float) -> LabelSummary:
+def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
+            label_seconds: float) -> LabelSummary:
     from .label_meta import now_iso
 
     rows = store.read_parts()
@@ -237,7 +240,7 @@ def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set,
     write_labels(table, cfg.out, meta)
     store.remove()
     examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
-    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0)
+    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
 
 
 def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
@@ -266,11 +269,11 @@ def run_labelling(cfg: LabelConfig) -> LabelSummary:
     done = store.done_ids()
     todo = [(p, sid) for p, sid in mine if sid not in done]
     log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
-    metadata, labelled = (manifest or {}).get("metadata"), 0
+    metadata, seconds = (manifest or {}).get("metadata"), 0.0
     if todo or metadata is None:
         pipe, device = load_pipeline(cfg)
         if metadata is None:
             metadata = build_metadata(cfg, pipe, device, source, cost_meta)
             store.write_manifest(settings, metadata)
-        labelled = _label_all(pipe, cfg, store, todo, load, stage_ms)
-    return _finish(cfg, store, metadata, {sid for _, sid in mine}, labelled, t0)
+        seconds = _label_all(pipe, cfg, store, todo, load, stage_ms)
+    return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)

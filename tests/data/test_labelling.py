@@ -1,0 +1,244 @@
+"""The labelling job (`routedvlm label`, `label merge`) end to end on tiny random VLMs and a local parquet data set."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from routedvlm.router.errors import ConfigError, LabelsError
+
+N_ROWS = 5
+BROKEN = "s001"  # its image bytes are not an image
+
+
+def _png(color) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Tiny model pair + a local parquet data set (one row with broken image bytes)."""
+    from routedvlm.inference import build_tiny_pair
+
+    root = tmp_path_factory.mktemp("labelling")
+    small, large = build_tiny_pair(root / "models")
+    rows = [{"sample_id": f"s{i:03d}", "question": f"What color is bar {i}?", "answer": ["red"],
+             "image": _png((40 * i, 120, 60))} for i in range(N_ROWS)]
+    rows[1]["image"] = b"not an image"
+    data = root / "bars.parquet"
+    pd.DataFrame(rows).to_parquet(data)
+    return SimpleNamespace(root=root, small=str(small), large=str(large), data=str(data))
+
+
+def _args(world, out, *extra):
+    return ["--small", world.small, "--large", world.large, "--dataset", world.data, "--out", str(out),
+            "--k-grid", "2,4", "--max-new-tokens", "3", "--min-new-tokens", "2", "--max-reason-tokens", "6",
+            "--min-reason-tokens", "6", "--device", "cpu", "--no-progress", *extra]
+
+
+def _label(*argv):
+    from routedvlm.data.label_cli import main
+
+    return main(list(argv))
+
+
+@pytest.fixture(scope="module")
+def full_run(world):
+    out = world.root / "full" / "labels.parquet"
+    assert _label(*_args(world, out)) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_end_to_end_output_follows_the_schema(full_run):
+    from routedvlm.data.labels import read_labels, validate_labels
+
+    assert validate_labels(full_run) == []
+    df, meta = read_labels(full_run)
+    assert sorted(df["sample_id"]) == [f"s{i:03d}" for i in range(N_ROWS)]
+    assert meta["k_grid"] == [2, 4] and meta["selector"] == "prefix" and meta["latency_source"] == "wall-clock"
+    assert meta["execution_mode"] == "one-stage+two-stage" and meta["scorers"] == {"bars": "exact_match"}
+    assert meta["models"]["small"]["revision"].startswith("sha256:") and meta["models"]["large"]["dtype"] == "float32"
+    assert meta["models"]["small"]["modes"]["reason"]["mode"] == "think" and meta["prompts"]["answer_marker"]
+    ok = df[df["error"].isna()]
+    for k in ("2", "4", "all"):  # the two-stage increment skips the large prefix the standalone transfer pays
+        assert (ok[f"latency_ms__escalate_{k}"] < ok[f"latency_ms__transfer_{k}"]).all()
+    assert (ok["feat__prompt__image_count"] == 1).all() and ok["feat__large_direct__answer_tokens"].ge(2).all()
+    assert not (full_run.parent / "labels.parquet.parts").exists()
+
+
+@pytest.mark.slow
+def test_a_broken_image_is_recorded_and_the_run_goes_on(full_run):
+    from routedvlm.data.labels import read_labels
+
+    df, meta = read_labels(full_run)
+    bad = df.set_index("sample_id").loc[BROKEN]
+    assert bad["error"].startswith("ImageLoadError: Sample 's001'")
+    assert bad["label"] == "none" and not bad["correct__large_direct"] and pd.isna(bad["answer__large_direct"])
+    assert meta["n_errors"] == 1 and df["error"].notna().sum() == 1
+
+
+@pytest.mark.slow
+def test_samples_reload_by_id_from_the_metadata(full_run):
+    from routedvlm.data.labels import read_labels
+    from routedvlm.data.loading import load_samples
+
+    df, meta = read_labels(full_run)
+    (sample,) = load_samples(**meta["sample_source"], ids=["s003"])
+    assert sample.prompt == df.set_index("sample_id").loc["s003", "question"]
+
+
+@pytest.mark.slow
+def test_features_match_compute_features_on_the_same_results(world, full_run):
+    """The labeller's feature columns are exactly inference.features on a run_many of the same sample."""
+    from routedvlm.data.labels import read_labels
+    from routedvlm.data.loading import load_samples
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.features import compute_features
+    from routedvlm.inference.inputs import load_image
+
+    df, meta = read_labels(full_run)
+    (sample,) = load_samples(**meta["sample_source"], ids=["s002"])
+    pipe = CollaborativePipeline(world.small, world.large, k_grid=(2, 4), **meta["generation"])
+    image = load_image(sample.images[0])
+    res = pipe.run_many(image, sample.prompt, ["large_direct", "small_direct"])
+    feats = compute_features(sample.prompt, [image], res)
+    row = df.set_index("sample_id").loc["s002"]
+    for name, value in feats.items():
+        assert row[name] == pytest.approx(value, abs=1e-6), name
+
+
+@pytest.mark.slow
+def test_existing_output_needs_resume_and_same_settings(world, full_run):
+    with pytest.raises(ConfigError, match=r"^The output already exists: .*Pass --resume"):
+        _label(*_args(world, full_run))
+    with pytest.raises(ConfigError, match=r"^--resume needs the same settings .*threshold: was 0.5, now 0.9"):
+        _label(*_args(world, full_run, "--resume", "--threshold", "0.9"))
+    assert _label(*_args(world, full_run, "--resume")) == 0  # complete: nothing to do
+
+
+@pytest.mark.slow
+def test_resume_after_kill_loses_and_duplicates_nothing(world, capsys):
+    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labels import read_labels
+
+    out = world.root / "killed" / "labels.parquet"
+    cmd = [sys.executable, "-m", "routedvlm.training.cli", "label", *_args(world, out, "--flush-every", "1")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    store, deadline = PartStore(out), time.monotonic() + 120
+    try:
+        while not store.part_files() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    stored = store.done_ids()
+    assert 1 <= len(stored) < N_ROWS, "the subprocess must die mid-run"
+    assert _label(*_args(world, out, "--resume")) == 0
+    assert f"({N_ROWS - len(stored)} labelled in this run" in capsys.readouterr().out  # stored ones not redone
+    df, _ = read_labels(out)
+    assert sorted(df["sample_id"]) == [f"s{i:03d}" for i in range(N_ROWS)]  # none missing, none duplicated
+
+
+@pytest.mark.slow
+def test_shards_merge_to_the_single_run_sample_set(world, full_run):
+    from routedvlm.data.labels import read_labels, validate_labels
+
+    shards = [world.root / "shards" / f"part{i}.parquet" for i in range(2)]
+    for i, path in enumerate(shards):
+        assert _label(*_args(world, path, "--shard", f"{i}/2")) == 0
+    ids = [set(read_labels(p)[0]["sample_id"]) for p in shards]
+    assert not ids[0] & ids[1]
+    merged = world.root / "shards" / "merged.parquet"
+    assert _label("merge", str(merged), *map(str, shards)) == 0
+    assert validate_labels(merged) == []
+    assert set(read_labels(merged)[0]["sample_id"]) == set(read_labels(full_run)[0]["sample_id"])
+    with pytest.raises(LabelsError, match=r"^\d+ sample id\(s\) appear in more than one file"):
+        _label("merge", str(world.root / "shards" / "twice.parquet"), str(shards[0]), str(shards[0]))
+    with pytest.raises(ConfigError, match=r"already exists; remove it or pass --overwrite"):
+        _label("merge", str(merged), *map(str, shards))
+
+
+def _profile() -> dict:
+    def fit(x, a, b):
+        return {"x": x, "intercept": a, "slope": b}
+
+    def model(scale, params):
+        return {"parameters": params, "reference": {"image_tokens": 16, "prefill_tokens": 40},
+                "fit": {"vision": fit("image_tokens", 1.0 * scale, 0.1), "prefill": fit("tokens", 0.5 * scale, 0.05),
+                        "decode": fit("context_len", 2.0 * scale, 0.001)}}
+
+    return {"format_version": 1, "settings": {"output_tokens": [1, 4]},
+            "models": {"tiny-small": model(1.0, 10), "tiny-large": model(3.0, 30)}}
+
+
+@pytest.mark.slow
+def test_cost_profile_gives_deterministic_latencies(world, tmp_path):
+    from routedvlm.data.labels import read_labels
+
+    prof = tmp_path / "profile.json"
+    prof.write_text(json.dumps(_profile()))
+    frames = []
+    for i in range(2):
+        out = tmp_path / f"cost{i}.parquet"
+        assert _label(*_args(world, out, "--cost", str(prof), "--limit", "1",
+                             "--strategies", "large_direct,small_direct,transfer_2,transfer_4")) == 0
+        frames.append(read_labels(out))
+    (a, meta), (b, _) = frames
+    cols = [c for c in a.columns if c.startswith("latency_ms__")]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    assert meta["latency_source"] == "cost-model" and meta["cost_models"] == {"small": "tiny-small", "large": "tiny-large"}
+    assert meta["k_grid"] == [2, 4] and len(meta["cost_profile_sha256"]) == 64
+
+
+def test_compose_latencies_worked_example():
+    """transfer_4 = small reasoning (decode truncated at 4) + large prefix + large continuation; escalate drops the prefix."""
+    from routedvlm.data.latency import compose_latencies
+
+    def rec(stage, model, v, p, d):
+        return {"stage": stage, "model": model, "vision_ms": v, "prefill_ms": p, "decode_ms": d}
+
+    prefix = rec("large_prefix", "large", 10, 20, 0)
+    results = {
+        "large_direct": SimpleNamespace(trace=[prefix, rec("large_direct", "large", 0, 5, 7)]),
+        "transfer_4": SimpleNamespace(trace=[rec("small_reason", "small", 3, 4, 8), prefix,
+                                             rec("large_transfer", "large", 0, 6, 9)]),
+        "transfer_all": SimpleNamespace(trace=[rec("small_reason", "small", 3, 4, 30), prefix,
+                                               rec("large_transfer", "large", 0, 8, 9)]),
+    }
+    standalone, escalate = compose_latencies(results)
+    assert standalone == {"large_direct": 42.0, "transfer_4": 60.0, "transfer_all": 84.0}
+    assert escalate == {4: 30.0, "all": 54.0}
+    standalone, escalate = compose_latencies(results, lambda side, r: 1.0 if side == "small" else 2.0)
+    assert standalone["transfer_4"] == 5.0 and escalate[4] == 3.0
+
+
+def test_config_errors_name_the_setting():
+    from routedvlm.data.label_config import LabelConfig
+
+    base = dict(small="s", large="l", dataset="d", out="o.parquet")
+    with pytest.raises(ConfigError, match=r"^The `shard` setting must be 'I/N' with 0 <= I < N"):
+        LabelConfig(**base, shard="2/2")
+    with pytest.raises(ConfigError, match=r"^The `selector` setting must be one of 'attention', 'prefix' or 'suffix'"):
+        LabelConfig(**base, selector="middle")
+    with pytest.raises(ConfigError, match=r"^The `k_grid` setting \[2, 4\] does not match"):
+        LabelConfig(**base, k_grid="2,4", strategies="transfer_8")
+    cfg = LabelConfig(**base, strategies="large_direct,transfer_8,transfer_2")
+    assert cfg.k_grid == (2, 8) and cfg.strategies == ("large_direct", "transfer_8", "transfer_2")
+
+
+def test_help_is_fast_and_imports_no_torch():
+    code = ("import sys\nfrom routedvlm.training.cli import main\ntry:\n    main(['label', '--help'])\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "routedvlm label merge" in out.stdout and out.stdout.strip().endswith("False")

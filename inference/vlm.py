@@ -135,7 +135,9 @@ class VLM:
     def encode(self, image, text: str) -> dict:
         """Processor output (tensors on the model's device) for a rendered prompt and its image."""
         batch = self.processor(text=[text], images=[image], return_tensors="pt")
-        return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in dict(batch).items()}
+        dtype = self.model.dtype
+        return {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if hasattr(v, "to") else v
+                for k, v in dict(batch).items()}
 
     def text_ids(self, text: str) -> list:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

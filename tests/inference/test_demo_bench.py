@@ -1,0 +1,36 @@
+"""The interim `routedvlm demo` and the escalation benchmark run end to end on tiny models."""
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_demo_help(capsys):
+    from routedvlm.training import demo
+
+    with pytest.raises(SystemExit) as info:
+        demo.main(["--help"])
+    assert info.value.code == 0 and "--workdir" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_demo_runs_every_strategy(tmp_path, capsys):
+    from routedvlm.training import demo
+
+    assert demo.main(["--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for label in ["[small_direct]", "[large_reason]", "[transfer_8]", "[transfer_all]", "[escalate K=16]", "[mutual verification]"]:
+        assert out.count(label) == 2, label
+    assert "escalate        large" in out
+
+
+def test_benchmark_reuse_prefills_only_the_new_tokens():
+    spec = importlib.util.spec_from_file_location("bench_escalation", ROOT / "benchmarks" / "bench_escalation.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--size", "tiny", "--repeats", "1", "--keep-tokens", "12", "--answer-tokens", "3"])
+    assert out["same_tokens"]
+    assert out["reuse_prefill_tokens"] == out["cold_prefill_tokens"] - out["cached_prefix_tokens"]
+    assert out["reuse_prefill_tokens"] == 12 + out["hint_and_template_suffix_tokens"]

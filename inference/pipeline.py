@@ -47,7 +47,12 @@ class CollaborativePipeline:
 
     # ----- single strategies -------------------------------------------------------------------------------
     def run(self, image=None, question=None, strategy: str = LARGE_DIRECT, *, messages=None) -> Result:
-        """Run one strategy id on an image (PIL or path) and a question, or on HF chat `messages`."""
+        """Run one strategy id on an image (PIL or path) and a question, or on HF chat `messages`.
+
+        `transfer_<K>` runs one-stage: the small model reasons (at most K tokens with the prefix selector),
+        then the large model encodes image + question + kept tokens cold (stage `large_transfer`). With the
+        attention selector the large model needs its prefix anyway, so the answer continues from it.
+        """
         strat = parse_strategy(strategy)
         return self._run_req(make_request(image, question, messages), strat)
 
@@ -149,8 +154,9 @@ class CollaborativePipeline:
         Standalone latency of a strategy = sum over its trace of vision_ms + prefill_ms + decode_ms, where the
         small reasoning record of a `transfer_<K>` result under the prefix selector is already truncated to K
         tokens (`decode_ms` = reasoning_generation.token_times_ms[K-1], `decode_tokens` = K, `"composed": True`).
-        Transfer stages here reuse the prefix (`cached_tokens` > 0); the one-stage cold cost of
-        `run(transfer_<K>)` is that stage's cost plus the `large_prefix` record's.
+        Transfer stages here reuse the prefix (`cached_tokens` > 0), so a `large_transfer` record of run_many
+        is exactly the two-stage `escalate_<K>` increment; the one-stage cold cost of `run(transfer_<K>)` is
+        approximately that stage's cost plus the `large_prefix` record's.
         """
         ids = list(strategies) if strategies is not None else default_strategies(self.k_grid)
         strats = [parse_strategy(s) for s in ids]

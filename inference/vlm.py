@@ -152,6 +152,10 @@ class VLM:
             if self.think_close_id is not None and self.think_close_id in ids:
                 i = ids.index(self.think_close_id)
                 return ids[:i], self.decode(ids[:i]), self.clean_answer(ids[i + 1:])
+            raw = self.tokenizer.decode(list(ids))
+            if self.think_close_id is None and THINK_CLOSE in raw:  # `</think>` is not a single token here
+                reasoning, answer = raw.split(THINK_CLOSE, 1)
+                return self.text_ids(reasoning), reasoning, self.clean_answer(answer)
             body = [t for t in ids if t not in eos]
             return body, self.decode(body), None
         text = self.decode(ids)

@@ -59,9 +59,20 @@ def main(argv=None) -> dict:
         cold = timed_generate(vlm.model, vlm.encode(image, text), max_new_tokens=cfg.max_direct_tokens,
                               min_new_tokens=cfg.min_new_tokens)
         cold_ms.append((time.perf_counter() - t0) * 1000)
-    reuse_ms, cold_ms = reuse_ms[1:], cold_ms[1:]
-    out = {
-        "model": f"qwen3_vl {args.size}", "image_tokens": int((lp.direct_inputs["input_ids"] == vlm.processor.image_token_id).sum()),
+    out = _report(args, vlm, lp, reuse, cold, reuse_ms[1:], cold_ms[1:])
+    out["speedup_cold_over_reuse"] = round(out["cold_ms_median"] / out["reuse_ms_median"], 2)
+    for key, value in out.items():
+        print(f"{key:34s} {value}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+    return out
+
+
+def _report(args, vlm, lp, reuse, cold, reuse_ms, cold_ms) -> dict:
+    image_tokens = int((lp.direct_inputs["input_ids"] == vlm.processor.image_token_id).sum())
+    return {
+        "model": f"qwen3_vl {args.size}", "image_tokens": image_tokens,
         "keep_tokens": args.keep_tokens, "answer_tokens": args.answer_tokens, "threads": args.threads,
         "cached_prefix_tokens": lp.prefix.length, "same_tokens": reuse.token_ids == cold.token_ids,
         "reuse_prefill_tokens": reuse.prefill_tokens, "cold_prefill_tokens": cold.prefill_tokens,
@@ -70,13 +81,6 @@ def main(argv=None) -> dict:
         "reuse_prefill_ms_last": round(reuse.prefill_ms, 1), "cold_vision_ms_last": round(cold.vision_ms, 1),
         "cold_prefill_ms_last": round(cold.prefill_ms, 1), "decode_ms_last": [round(reuse.decode_ms, 1), round(cold.decode_ms, 1)],
     }
-    out["speedup_cold_over_reuse"] = round(out["cold_ms_median"] / out["reuse_ms_median"], 2)
-    for key, value in out.items():
-        print(f"{key:34s} {value}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=2)
-    return out
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ class PolicyRunner:
         t0 = time.perf_counter()
         feats = compute_features(req.question, [req.image], {n: ran[n] for n in ran}, names=router.policy.features)
         t1 = time.perf_counter()
-        decision = router.decide(feats)
+        hook = getattr(router, "runtime_inputs", None)  # a router that reads the sample itself (the LoRA probe)
+        decision = router.decide({**feats, **hook(req, ran, self.pipeline)} if hook else feats)
         t2 = time.perf_counter()
         return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
@@ -108,6 +109,7 @@ class PolicyRunner:
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
         result = self._execute(req, decision.strategy, ran)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
+        record.update(router.trace_info() if hasattr(router, "trace_info") else {})  # probe_shared_prefill, probe_ms
         return RoutedOutput(result.answer, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
                             _trace(ran, result, record), used_fallback, result)
 

@@ -288,8 +288,8 @@ class LoRAProbeRouter(Router):
         return cls(policy, net)
 
 
-def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: int = 0) -> ProbeNet:
-    """Load the base small VLM and wrap it as the policy's probe (checks the base weights against `expected_hash`)."""
+def load_base(base, expected_hash: str | None = None):
+    """The probe's base small VLM (a `routedvlm.inference.VLM`); RouterError when missing or not `expected_hash`."""
     if not base or not Path(str(base)).is_dir():
         raise RouterError(f"The lora-probe router needs its base small VLM checkpoint; {str(base)!r} is not a folder. "
                           f"Pass the folder it was trained on (policy.json params.base_model) or set {BASE_ENV}.")
@@ -300,11 +300,16 @@ def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: i
                           f"{BASE_ENV} at the original checkpoint.")
     from routedvlm.inference.vlm import VLM
 
-    vlm = VLM.from_pretrained(str(base))
+    return VLM.from_pretrained(str(base))
+
+
+def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: int = 0) -> ProbeNet:
+    """The policy's probe on its base checkpoint (adapter and head freshly initialised; see `load_weights`)."""
     p = policy.params
     lora = p.get("lora") or {}
-    return ProbeNet(vlm, policy.strategies, policy.features, lora_r=lora.get("r", 0) if p.get("adapter") else 0,
-                    lora_alpha=lora.get("alpha", 16), head_hidden=p.get("head_hidden", 64), seed=seed)
+    return ProbeNet(load_base(base, expected_hash), policy.strategies, policy.features,
+                    lora_r=lora.get("r", 0) if p.get("adapter") else 0, lora_alpha=lora.get("alpha", 16),
+                    head_hidden=p.get("head_hidden", 64), seed=seed)
 
 
 def copy_shared(shared: SharedPrefill) -> SharedPrefill:

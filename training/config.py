@@ -7,6 +7,7 @@ from routedvlm.router.errors import ConfigError, one_of
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
+ROUTER_KINDS = ("lightgbm", "lora-probe")
 DEFAULT_TARGET_ACCURACY = 0.98
 
 
@@ -27,6 +28,8 @@ class TrainConfig:
     """What train-router does; one field per flag (`target_accuracy` -> `--target-accuracy`)."""
 
     data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
+    router: str = _f("lightgbm", "router type: lightgbm (tabular features) or lora-probe (a LoRA adapter + head on the "
+                                 "small VLM that reads the image and question; see training/probe.py)", choices=ROUTER_KINDS)
     mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
                    choices=MODES)
     target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's accuracy "
@@ -58,6 +61,14 @@ class TrainConfig:
     allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
     allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing")
     seed: int = _f(0, "seed for the split and LightGBM")
+    dataset: str | None = _f(None, "lora-probe: data set id or path the labels were made from (default: the labels' "
+                                   "sample_source metadata)")
+    base: str | None = _f(None, "lora-probe: small VLM checkpoint folder to adapt (default: the labels' small model)")
+    epochs: int = _f(3, "lora-probe: training epochs")
+    lora_r: int = _f(8, "lora-probe: LoRA rank (0: head only, no adapter)")
+    lr: float = _f(1e-3, "lora-probe: AdamW learning rate of the adapter and head")
+    batch_size: int = _f(8, "lora-probe: samples per optimizer step")
+    resume: bool = _f(False, "lora-probe: continue from the last epoch checkpoint in --output-dir")
 
     def __post_init__(self):
         self.strategies = _csv(self.strategies)
@@ -79,6 +90,7 @@ class TrainConfig:
         for name in ("baseline_k", "num_boost_round", "num_leaves"):
             if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
                 problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
+        problems += self._probe_problems()
         if not 0.0 < self.learning_rate <= 1.0:
             problems.append(f"`learning_rate` must be in (0, 1]; got {self.learning_rate!r}")
         if not self.register_as or not self.register_as.strip():
@@ -92,6 +104,18 @@ class TrainConfig:
             problems.append(f"`strategies` must name at least two different strategies; got {self.strategies}")
         if problems:
             raise ConfigError("Invalid train-router configuration: " + "; ".join(problems) + ".")
+
+    def _probe_problems(self) -> list[str]:
+        out = []
+        if self.router not in ROUTER_KINDS:
+            out.append(f"`router` must be {one_of(ROUTER_KINDS)}; got {self.router!r}")
+        for name, low in (("epochs", 1), ("lora_r", 0), ("batch_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                out.append(f"`{name}` must be an integer >= {low}; got {value!r}")
+        if not 0.0 < self.lr <= 1.0:
+            out.append(f"`lr` must be in (0, 1]; got {self.lr!r}")
+        return out
 
     @property
     def target(self) -> dict:

@@ -245,3 +245,24 @@ def test_mutual_verification_rejects_bad_settings():
         MutualVerification(None, check="large_reason")
     with pytest.raises(InputError, match=r"^The `keep_tokens` parameter must be a positive integer"):
         MutualVerification(None, keep_tokens=0)
+
+
+def test_run_many_concurrent_stage_one_matches_sequential(tiny_pair, make_pipeline, images, monkeypatch):
+    """With the models on different devices stage one runs in two threads; the answers do not change."""
+    from routedvlm.inference import CollaborativePipeline
+
+    pipe = make_pipeline(*tiny_pair)
+    ids = ["large_direct", "transfer_8"]
+    sequential = {k: v.answer for k, v in pipe.run_many(images["square"], Q, ids).items()}
+    monkeypatch.setattr(CollaborativePipeline, "concurrent", property(lambda self: True))
+    assert pipe.concurrent
+    assert {k: v.answer for k, v in pipe.run_many(images["square"], Q, ids).items()} == sequential
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, routedvlm.inference as i; i.__all__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -179,11 +179,15 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, base
         "target": target, "tau": policy.tau, "mode": mode, "paid_stages": paid, "strategies": cands,
         "calibration": calibration.to_dict() if calibration is not None else None,
         "test_rows": len(test), "reference_accuracy_test": ref_test, "required_test": required,
-        "target_met_test": bool(met), "utility": utility(learned, target, ref_test, len(test)),
+        "target_met_test": bool(met), "standard_error_test": _se(required, len(test), target), "utility": utility(learned, target, ref_test, len(test)),
         "rows": rows, "curve": curve.rename(columns={"param": "tau"}).to_dict(orient="records"),
         "auc": area_under_curve(curve, lo, hi), "auc_single_strategies": area_under_curve(singles, lo, hi),
         "auc_range_ms": [lo, hi],
     }
+
+
+def _se(required: float, n: int, target: dict) -> float | None:
+    return float(np.sqrt(required * (1 - required) / n)) if target["kind"] == "accuracy" and n else None
 
 
 def _fmt_mix(mix: dict, n: int = 3) -> str:
@@ -203,7 +207,11 @@ def format_table(evaluation: dict) -> str:
     t = evaluation["target"]
     goal = (f"accuracy >= {t['value']} x best single ({evaluation['required_test']:.3f})" if t["kind"] == "accuracy"
             else f"mean latency <= {t['value']:.0f} ms")
-    lines.append(f"target on test: {goal} -> {'met' if evaluation['target_met_test'] else 'NOT met'}; "
+    verdict = "met" if evaluation["target_met_test"] else "NOT met"
+    se, learned = evaluation.get("standard_error_test"), evaluation["rows"][-1]
+    if not evaluation["target_met_test"] and se and learned["accuracy"] >= evaluation["required_test"] - se:
+        verdict = f"missed by {evaluation['required_test'] - learned['accuracy']:.3f}, within one standard error ({se:.3f})"
+    lines.append(f"target on test: {goal} -> {verdict}; "
                  f"AUC learned {evaluation['auc']:.3f} vs single strategies {evaluation['auc_single_strategies']:.3f} "
                  f"(latency {evaluation['auc_range_ms'][0]:.0f}-{evaluation['auc_range_ms'][1]:.0f} ms)")
     return "\n".join(lines)

@@ -88,10 +88,12 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     router = fit_router(config, split, candidates, features, paid, labels_hash)
+    log.info("fitted %d LightGBM models; calibrating tau on %d rows", len(router.boosters), len(split.calibration))
     policy = router.policy
     op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
                        split.calibration, config.mode, paid, config.target, candidates)
     policy.tau = op.param
+    log.info("tau=%.3f; evaluating against the baselines on %d test rows", op.param, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
     evaluation["split"] = split.sizes()
     policy.metrics = _policy_metrics(evaluation)

@@ -42,13 +42,26 @@ def _progress(msg: str) -> None:
     print(f"[train-router] {msg}", file=sys.stderr, flush=True)
 
 
+def _track(track, config, result, labels) -> dict:
+    from mlflow.exceptions import MlflowException
+
+    from routedvlm.router.errors import TrainingError
+
+    try:
+        return track(config, result, labels)
+    except MlflowException as exc:
+        raise TrainingError(f"MLflow logging failed ({exc}). The router itself is saved in "
+                            f"{result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print the evaluation table; RoutedVLMError propagates to the dispatcher (exit 2)."""
     import logging
 
     args = build_parser().parse_args(argv)
     config = TrainConfig(**vars(args))
-    logging.basicConfig(level=logging.WARNING, format="[train-router] %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="[train-router] %(message)s")
+    logging.getLogger("routedvlm.training").setLevel(logging.INFO)
     from .labels_io import load_labels
     from .pipeline import train_router
 
@@ -67,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         from .tracking import track
 
         _progress("logging to MLflow ...")
-        info = track(config, result, labels)
+        info = _track(track, config, result, labels)
         print(f"mlflow run {info['run_id']} at {info['tracking_uri']}")
         if "version" in info:
             state = "champion" if info["champion"] else "not champion"

@@ -94,7 +94,7 @@ def track(config, result, labels_df) -> dict:
     out = {"tracking_uri": uri, "experiment_id": exp_id}
     with mlflow.start_run(experiment_id=exp_id) as run:
         out["run_id"] = run.info.run_id
-        mlflow.set_tags({"routedvlm.labels_hash": result.labels_hash, "routedvlm.router_type": "lightgbm",
+        mlflow.set_tags({"routedvlm.labels_hash": result.labels_hash, "routedvlm.router_type": result.router.policy.router_type,
                          "routedvlm.target": json.dumps(result.evaluation["target"])})
         mlflow.log_params(_flat_params(config, result))
         mlflow.log_metrics(_metrics(result.evaluation))

@@ -39,3 +39,35 @@ def lgbm_router(feature_table) -> LightGBMRouter:
                     features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
                     target={"kind": "accuracy", "value": 0.98}, params={"constants": {"large_reason": 0.97}})
     return LightGBMRouter(policy, boosters)
+
+
+@pytest.fixture(scope="session")
+def sample_table(feature_table) -> pd.DataFrame:
+    """The feature table plus the sample itself (`image`, `question`), as a router that reads the sample needs."""
+    from PIL import Image
+
+    n = len(feature_table)
+    images = [Image.new("RGB", (32, 32), (int(255 * i / n), 60, 255 - int(255 * i / n))) for i in range(n)]
+    questions = [f"How many bars are taller than {i % 7}?" for i in range(n)]
+    return feature_table.assign(image=pd.Series(images, index=feature_table.index, dtype=object), question=questions)
+
+
+@pytest.fixture(scope="session")
+def probe_router(tmp_path_factory):
+    """A LoRAProbeRouter on a tiny random Qwen2-VL (untrained: random head, LoRA rank 2)."""
+    import torch
+
+    from routedvlm.inference import build_tiny_vlm
+    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base, weights_hash
+
+    torch.set_num_threads(1)
+    base = build_tiny_vlm("qwen2_vl", tmp_path_factory.mktemp("probe-base"), seed=0, size="tiny")
+    policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="cascade",
+                    paid_stages=["large_direct", "small_direct"], features=FEATURES, expected_cost_ms=COSTS, tau=0.5,
+                    fallback="large_reason", params={"base_model": str(base), "base_hash": weights_hash(base)})
+    net = ProbeNet(load_base(base), STRATEGIES, FEATURES, lora_r=2, seed=0)
+    with torch.no_grad():
+        for name, p in net.vlm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    return LoRAProbeRouter(policy, net)

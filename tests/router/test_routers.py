@@ -13,9 +13,10 @@ from routedvlm.router.policy import FORMAT_VERSION
 
 
 @pytest.fixture
-def make_router(lgbm_router):
+def make_router(lgbm_router, request):
     factories = {
         "lightgbm": lambda: lgbm_router,
+        "lora-probe": lambda: request.getfixturevalue("probe_router"),
         "mutual-verification": lambda: MutualVerificationRouter(keep_tokens=32),
         "fixed": lambda: FixedRouter("transfer_64"),
     }
@@ -34,10 +35,10 @@ def make_router(lgbm_router):
 
 
 @pytest.mark.parametrize("router_type", sorted(ROUTER_TYPES))
-def test_router_contract(router_type, make_router, feature_table, tmp_path):
+def test_router_contract(router_type, make_router, sample_table, tmp_path):
     router = make_router(router_type)
     assert router.policy.router_type == router_type
-    df = feature_table.head(40)
+    df = sample_table.head(40)  # features + the sample (image, question); each router reads what it needs
     batch = router.decide_batch(df)
     assert len(batch) == len(df) and all(isinstance(d, Decision) for d in batch)
     for d in batch:

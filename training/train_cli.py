@@ -69,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     labels, metadata = load_labels(config.data)
     where = "the embedded toy labels " if metadata.get("embedded") else ""
     _progress(f"read {len(labels)} labelled samples from {where}{metadata['source_path']}")
-    result = train_router(config, labels, metadata)
+    if config.router == "lora-probe":
+        from .probe import train_probe
+
+        result = train_probe(config, labels, metadata)
+    else:
+        result = train_router(config, labels, metadata)
     ev = result.evaluation
     _progress(f"trained {len(result.router.policy.strategies)} strategy models on {ev['split']['train']} rows; "
               f"tau={ev['tau']:.3f} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "

@@ -79,9 +79,9 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     train_items = encode_rows(net, split.train)
     state = fit_probe(net, train_items, epochs=config.epochs, lr=config.lr, batch_size=config.batch_size,
                       seed=config.seed, checkpoints=out / "checkpoints", resume=config.resume, identity=identity)
+    final_loss = mean_loss(net, train_items)
     cal_loss = mean_loss(net, encode_rows(net, split.calibration, progress=False))
-    log.info("probe trained: train loss %.4f -> %.4f; calibration loss %.4f", state["initial_loss"],
-             state["losses"][-1] if state["losses"] else float("nan"), cal_loss)
+    log.info("probe trained: train loss %.4f -> %.4f; calibration loss %.4f", state["initial_loss"], final_loss, cal_loss)
     p_cal, _ = pe.predict_table(net, split.calibration)
     p_test, own_ms = pe.predict_table(net, split.test)
     shared_ms, shared_diff = pe.shared_cost_ms(net, split.test)
@@ -101,7 +101,8 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     ev["split"] = split.sizes()
     ev["probe"] = {"cost_ms_mean": float(cost.mean()), "own_ms_mean": float(own_ms.mean()), "shared_ms_mean": shared_ms,
                    "shared_prefill": "small_direct" in policy.paid_stages, "shared_max_abs_diff": shared_diff,
-                   "initial_train_loss": state["initial_loss"], "train_losses": state["losses"],
+                   "initial_train_loss": state["initial_loss"], "final_train_loss": final_loss,
+                   "train_losses": state["losses"],
                    "calibration_loss": cal_loss, "resumed_from": state.get("resumed_from")}
     policy.metrics = {**_policy_metrics(ev), "probe_cost_ms_mean": float(cost.mean()),
                       "calibration_loss": cal_loss}

@@ -1,0 +1,170 @@
+"""train-router --router lora-probe on a tiny Qwen2-VL: the probe learns an image-colour signal, saves and loads to
+the same decisions, checkpoints every epoch and resumes, and reports its cost beside a LightGBM router."""
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from routedvlm.router import RouterError, load_router
+from routedvlm.router.errors import TrainingError
+from routedvlm.training.config import TrainConfig
+
+STRATEGIES = ["large_direct", "transfer_64", "large_reason"]
+N = 80
+
+
+def _colour(ok: bool, i: int):
+    shade = (i * 37) % 40
+    return (215 + shade, 30, 30) if ok else (30, 30, 215 + shade)
+
+
+@pytest.fixture(scope="session")
+def probe_data(tmp_path_factory):
+    """Synthetic labels whose `large_direct` correctness shows in the image colour (red: correct, blue: wrong), a
+    local JSONL data set with the PNGs (the labels' sample_source), and a tiny base checkpoint."""
+    import torch
+    from PIL import Image
+
+    from routedvlm.data.labels import write_labels
+    from routedvlm.inference import build_tiny_vlm
+    from routedvlm.training.synthetic import make_synthetic_labels, synthetic_metadata
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("probe-data")
+    df = make_synthetic_labels(N, seed=3)
+    (root / "images").mkdir()
+    with open(root / "samples.jsonl", "w") as fh:
+        for i, (sid, q, ok) in enumerate(zip(df["sample_id"], df["question"], df["correct__large_direct"])):
+            Image.new("RGB", (32, 32), _colour(bool(ok), i)).save(root / "images" / f"{sid}.png")
+            fh.write(json.dumps({"sample_id": sid, "question": q, "answer": "1", "image": f"images/{sid}.png"}) + "\n")
+    base = build_tiny_vlm("qwen2_vl", root / "base", seed=0, size="tiny")
+    meta = synthetic_metadata(df, 3)
+    meta["models"]["small"]["name"] = str(base)
+    meta["sample_source"] = {"dataset": str(root / "samples.jsonl")}
+    labels = write_labels(df, root / "labels.parquet", meta)
+    return {"labels": labels, "base": base, "root": root}
+
+
+def _config(out, data, **kw):
+    base = dict(router="lora-probe", data=str(data["labels"]), output_dir=str(out), no_mlflow=True, epochs=2,
+                lora_r=4, lr=3e-3, batch_size=4, strategies=STRATEGIES, num_boost_round=20, calib_fraction=0.25,
+                test_fraction=0.25)
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="session")
+def probe_run(probe_data, tmp_path_factory):
+    from routedvlm.training.probe import train_probe
+
+    out = tmp_path_factory.mktemp("probe-run")
+    return train_probe(_config(out, probe_data))
+
+
+@pytest.mark.slow
+def test_probe_learns_the_image_signal(probe_run):
+    probe = probe_run.evaluation["probe"]
+    assert probe["final_train_loss"] < probe["initial_train_loss"] - 0.1
+    test = probe_run.test
+    p = probe_run.router.predict_proba(test)["large_direct"].to_numpy()
+    ok = test["correct__large_direct"].to_numpy(bool)
+    # held-out ranking: P(large_direct correct) is higher on (red) correct samples than on (blue) wrong ones
+    pairs = (p[ok][:, None] > p[~ok][None, :]).mean()
+    assert pairs > 0.9, pairs
+
+
+@pytest.mark.slow
+def test_save_load_same_decisions(probe_run):
+    folder = probe_run.output_dir / "router"
+    assert {p.name for p in folder.iterdir()} >= {"policy.json", "adapter", "head.safetensors"}
+    assert not list(folder.rglob("*.pt")) and not list(folder.rglob("*.pkl")) and not list(folder.rglob("*.bin"))
+    loaded = load_router(folder)
+    assert type(loaded).__name__ == "LoRAProbeRouter" and loaded.policy == probe_run.router.policy
+    rows = probe_run.test.head(12)
+    assert [d.to_dict() for d in loaded.decide_batch(rows)] == [d.to_dict() for d in probe_run.router.decide_batch(rows)]
+    one = rows.iloc[0].to_dict()
+    assert loaded.decide(one) == probe_run.router.decide(one)
+
+
+@pytest.mark.slow
+def test_table_side_by_side_with_the_probe_cost(probe_run):
+    from routedvlm.training.costs import realized_latency
+
+    ev = probe_run.evaluation
+    names = [r["name"] for r in ev["rows"]]
+    assert names[-1].startswith("lora-probe (tau=") and names[-2].startswith("lightgbm (tau=")
+    assert "lightgbm" in ev["comparison"] and 0 <= ev["comparison"]["lightgbm"]["auc"] <= 1
+    learned, test, policy = ev["rows"][-1], probe_run.test, probe_run.router.policy
+    chosen = probe_run.router.decide_with_tau(test, policy.tau)
+    without = realized_latency(test, chosen, policy.mode, policy.paid_stages).mean()
+    assert learned["probe_ms_mean"] > 0
+    assert learned["mean_latency_ms"] == pytest.approx(without + learned["probe_ms_mean"])
+    assert ev["probe"]["shared_max_abs_diff"] < 1e-4  # the shared pass gives the probe's own P(correct)
+    assert "AUC lora-probe" in probe_run.table and "lightgbm (tau=" in probe_run.table
+
+
+@pytest.mark.slow
+def test_checkpoints_and_resume(probe_run, probe_data, tmp_path):
+    from routedvlm.training.probe import train_probe
+
+    ckpt = probe_run.output_dir / "checkpoints"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-001", "epoch-002"]
+    out = tmp_path / "run"
+    shutil.copytree(probe_run.output_dir, out)
+    with pytest.raises(TrainingError, match=r"^The checkpoint .*epoch-002 was made with other \['lora_r'\]"):
+        train_probe(_config(out, probe_data, lora_r=2, resume=True))
+    resumed = train_probe(_config(out, probe_data, epochs=3, resume=True))
+    probe = resumed.evaluation["probe"]
+    assert probe["resumed_from"] == "epoch-002" and len(probe["train_losses"]) == 3
+    assert probe["train_losses"][:2] == probe_run.evaluation["probe"]["train_losses"]
+    assert (out / "checkpoints" / "epoch-003" / "optimizer.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_load_errors(probe_run, probe_data, tmp_path, monkeypatch):
+    from routedvlm.inference import build_tiny_vlm
+    from routedvlm.router.lora_probe import BASE_ENV
+
+    folder = tmp_path / "router"
+    shutil.copytree(probe_run.output_dir / "router", folder)
+    other = build_tiny_vlm("qwen2_vl", tmp_path / "other", seed=1, size="tiny")
+    monkeypatch.setenv(BASE_ENV, str(other))
+    with pytest.raises(RouterError, match=r"^The base checkpoint .* has weights sha256:.*but the probe was trained on"):
+        load_router(folder)
+    monkeypatch.setenv(BASE_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(RouterError, match=r"^The lora-probe router needs its base small VLM checkpoint"):
+        load_router(folder)
+    monkeypatch.delenv(BASE_ENV)
+    (folder / "head.safetensors").unlink()
+    with pytest.raises(RouterError, match=r"^The lora-probe folder .* lacks \['head.safetensors'\]"):
+        load_router(folder)
+
+
+@pytest.mark.slow
+def test_decide_needs_the_sample(probe_run):
+    row = probe_run.test.iloc[0].to_dict()
+    with pytest.raises(RouterError, match=r"^The lora-probe router needs the sample's \['image'\]"):
+        probe_run.router.decide({k: v for k, v in row.items() if k != "image"})
+    with pytest.raises(RouterError, match=r"^The lora-probe router reads the sample itself"):
+        probe_run.router.decide({**row, "question": "  "})
+
+
+def test_samples_need_a_source():
+    from routedvlm.training.probe_data import attach_samples, sample_source
+
+    labels = pd.DataFrame({"sample_id": ["a"], "question": ["q"]})
+    with pytest.raises(TrainingError, match=r"^The labels' metadata records no `sample_source`"):
+        attach_samples(labels, {})
+    src = sample_source({"sample_source": {"dataset": "x.jsonl", "split": "train", "limit": 5}}, "x.jsonl")
+    assert (src.split, src.limit) == ("train", 5)
+    assert sample_source({"sample_source": {"dataset": "x.jsonl", "split": "train"}}, "y.jsonl").split is None
+
+
+def test_probe_config_validation():
+    from routedvlm.router.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"`router` must be 'lightgbm' or 'lora-probe'; got 'svm'.*`epochs` must be an "
+                                          r"integer >= 1; got 0.*`lr` must be in \(0, 1\]; got 2"):
+        TrainConfig(router="svm", epochs=0, lr=2.0)
+    assert np.isclose(TrainConfig(router="lora-probe").lr, 1e-3)

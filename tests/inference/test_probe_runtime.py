@@ -1,0 +1,63 @@
+"""RoutedVLM with a LoRA probe router: the probe shares the small model's small_direct prefill when that stage runs
+(same P(correct) as its own pass), and the trace says whether it did and what the probe cost."""
+import pytest
+
+from routedvlm.router import Policy
+
+FEATURES = ["feat__prompt__question_words", "feat__large_direct__first_token_entropy"]
+STRATEGIES = ["large_direct", "transfer_8", "large_reason"]
+COSTS = {"large_direct": 0.0, "transfer_8": 50.0, "large_reason": 500.0}
+
+
+@pytest.fixture(scope="module")
+def probe_parts(tmp_path_factory):
+    """(small checkpoint = the probe's base, large checkpoint, a probe net on the base with a perturbed adapter)."""
+    import torch
+
+    from routedvlm.inference import build_tiny_vlm
+    from routedvlm.router.lora_probe import ProbeNet, load_base
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("probe-runtime")
+    small = build_tiny_vlm("qwen2_vl", root / "small", seed=0, size="tiny")
+    large = build_tiny_vlm("qwen2_vl", root / "large", seed=1, size="tiny")
+    net = ProbeNet(load_base(small), STRATEGIES, FEATURES, lora_r=2, seed=0)
+    with torch.no_grad():
+        for name, p in net.vlm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return small, large, net
+
+
+def _routed(probe_parts, paid):
+    from routedvlm.inference import VLM, CollaborativePipeline
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.router.lora_probe import LoRAProbeRouter, weights_hash
+
+    small, large, net = probe_parts
+    policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="cascade", paid_stages=paid,
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.5, fallback="large_reason",
+                    params={"base_model": str(small), "base_hash": weights_hash(small)})
+    pipe = CollaborativePipeline(VLM.from_pretrained(small), VLM.from_pretrained(large), min_new_tokens=2,
+                                 max_direct_tokens=4, max_reason_tokens=12, k_grid=(8,))
+    return RoutedVLM(pipe, LoRAProbeRouter(policy, net))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paid, shared", [(["large_direct", "small_direct"], True), (["large_direct"], False)])
+def test_probe_shares_the_small_direct_prefill(probe_parts, paid, shared):
+    from PIL import Image
+
+    vlm = _routed(probe_parts, paid)
+    image, question = Image.new("RGB", (48, 32), (190, 40, 60)), "How many red bars are there?"
+    out = vlm.generate(image=image, question=question)
+    record = out.decision
+    assert record["fallback"] is False and record["error"] is None
+    assert record["probe_shared_prefill"] is shared and record["probe_ms"] > 0
+    stages = [r["stage"] for r in out.trace]
+    assert stages.count("small_direct") == (1 if shared else 0)
+    # the shared pass gives the same P(correct) as the probe's own prefill of the same prompt
+    own = vlm.router.decide({**record["features"], "image": image, "question": question})
+    assert vlm.router.trace_info()["probe_shared_prefill"] is False
+    assert out.p_correct == pytest.approx(own.p_correct, abs=1e-5)
+    assert out.strategy == own.strategy

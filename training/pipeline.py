@@ -84,7 +84,7 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
         labels, metadata = load_labels(config.data)
     metadata = dict(metadata or {})
     labels_hash = metadata.get("content_hash") or content_hash(labels)
-    candidates, features, paid = _plan(config, labels)
+    candidates, features, paid = _plan(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     router = fit_router(config, split, candidates, features, paid, labels_hash)
@@ -102,11 +102,12 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
 
 
-def _plan(config: TrainConfig, labels: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
-    """(candidates, features, paid stages), after every input check that needs no training."""
+def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None) -> tuple[list[str], list[str], list[str]]:
+    """(candidates, features, paid stages), after every input check that needs no training. Candidates:
+    --strategies, else the labels' metadata `candidates`, else every strategy in the labels."""
     from . import fit as fitmod
 
-    candidates = candidate_strategies(labels, config.strategies)
+    candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
     features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features)

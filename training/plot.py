@@ -13,16 +13,20 @@ def plot_curve(evaluation: dict, path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(11.5, 5.5), dpi=110)
     curve = sorted(evaluation["curve"], key=lambda p: p["mean_latency_ms"])
     ax.plot([p["mean_latency_ms"] for p in curve], [p["accuracy"] for p in curve], "-", color="tab:blue",
             alpha=0.7, label=f"learned policy, sweeping tau (AUC {evaluation['auc']:.3f})")
+    colors = iter(plt.get_cmap("tab10").colors[1:])
     for row in evaluation["rows"]:
-        kind = row["kind"]
-        color = {"learned": "tab:blue", "oracle": "tab:green", "baseline": "tab:red"}.get(kind, "tab:gray")
-        ax.scatter(row["mean_latency_ms"], row["accuracy"], marker=MARKERS.get(kind, "o"), color=color, zorder=3)
-        ax.annotate(row["name"], (row["mean_latency_ms"], row["accuracy"]), fontsize=7,
-                    xytext=(4, 3), textcoords="offset points")
+        x, y, kind = row["mean_latency_ms"], row["accuracy"], row["kind"]
+        if kind == "single":  # single strategies: grey dots, labelled in place
+            ax.scatter(x, y, marker="o", color="tab:gray", zorder=3)
+            ax.annotate(row["name"], (x, y), fontsize=7, color="dimgray", xytext=(4, -9), textcoords="offset points")
+        else:  # oracle, baselines and the learned policy: distinct colours, named in the legend
+            color = "tab:blue" if kind == "learned" else next(colors)
+            ax.scatter(x, y, marker=MARKERS.get(kind, "o"), s=60 if kind != "oracle" else 140, color=color,
+                       edgecolors="black", linewidths=0.5, zorder=4, label=f"{row['name']}: {y:.3f}, {x:.0f} ms")
     if evaluation["target"]["kind"] == "accuracy":
         ax.axhline(evaluation["required_test"], color="tab:orange", ls="--", lw=1, label="accuracy target (test)")
     else:
@@ -32,7 +36,7 @@ def plot_curve(evaluation: dict, path) -> Path:
     ax.set_ylabel("accuracy (test split)")
     ax.set_title(f"routedvlm train-router: {evaluation['mode']} policy vs baselines")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)

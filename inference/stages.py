@@ -43,6 +43,8 @@ class ReasoningRun:
     answer: str | None
     records: list = field(default_factory=list)
     answer_gen: Generation | None = None
+    inputs: dict = field(default=None, repr=False)  # the reasoning prompt's model inputs
+    rope: object = field(default=None, repr=False)  # the Qwen-VL rope offset of that prompt
 
 
 def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int) -> ReasoningRun:
@@ -54,9 +56,7 @@ def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int) -> Reasoni
                          min_new_tokens=min(cfg.min_reason_tokens, max_tokens))
     rids, rtext, answer = vlm.split_reasoning(gen.token_ids)
     rec = record(f"{side}_reason", side, vlm, vlm.mode_name("reason"), gen, reasoning_tokens=len(rids))
-    run = ReasoningRun(vlm, side, gen, inputs["input_ids"], rids, rtext, answer, [rec])
-    run._inputs, run._rope = inputs, _rope(vlm.model)
-    return run
+    return ReasoningRun(vlm, side, gen, inputs["input_ids"], rids, rtext, answer, [rec], inputs=inputs, rope=_rope(vlm.model))
 
 
 def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
@@ -73,10 +73,10 @@ def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
     dev = run.prompt_ids.device
     ids = torch.cat([run.prompt_ids, torch.tensor([body + close], device=dev)], dim=1)
     prefix_ids = torch.cat([run.prompt_ids, torch.tensor([gen.token_ids], device=dev)], dim=1)[:, : gen.cache.get_seq_length()]
-    state = PrefixState(prefix_ids, gen.cache, run._rope, 0.0, 0.0)
+    state = PrefixState(prefix_ids, gen.cache, run.rope, 0.0, 0.0)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if "mm_token_type_ids" in run._inputs:
-        mm = run._inputs["mm_token_type_ids"]
+    if "mm_token_type_ids" in run.inputs:
+        mm = run.inputs["mm_token_type_ids"]
         inputs["mm_token_type_ids"] = torch.cat([mm, torch.zeros((1, ids.shape[1] - mm.shape[1]), dtype=mm.dtype, device=dev)], 1)
     ans = continue_from(vlm.model, state, inputs, max_new_tokens=cfg.max_direct_tokens, min_new_tokens=cfg.min_new_tokens)
     run.answer, run.answer_gen = vlm.clean_answer(ans.token_ids), ans
@@ -101,6 +101,7 @@ class LargePrompt:
         self.direct_inputs = vlm.encode(request.image, self.direct_text)
         self._base_u = vlm.text_ids(self.direct_text)
         self._offset = self.direct_inputs["input_ids"].shape[1] - len(self._base_u)
+        self._last_img = -1
         self._splice_ok = self._check_splice()
         probes = [self.transfer_text(r) for r in ("a", "b")]
         shared = min(common_prefix_len(self._base_u, vlm.text_ids(t)) for t in probes)

@@ -168,3 +168,38 @@ def test_probe_config_validation():
                                           r"integer >= 1; got 0.*`lr` must be in \(0, 1\]; got 2"):
         TrainConfig(router="svm", epochs=0, lr=2.0)
     assert np.isclose(TrainConfig(router="lora-probe").lr, 1e-3)
+
+
+@pytest.mark.slow
+def test_cli_trains_registers_and_loads_the_probe(probe_data, tmp_path, monkeypatch, capsys):
+    from mlflow import MlflowClient
+
+    from routedvlm.training.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["train", "--router", "lora-probe", "--data", str(probe_data["labels"]), "--base", str(probe_data["base"]),
+            "--dataset", str(probe_data["root"] / "samples.jsonl"), "--epochs", "1", "--lora-r", "2",
+            "--strategies", ",".join(STRATEGIES), "--num-boost-round", "20", "--calib-fraction", "0.25",
+            "--test-fraction", "0.25", "--output-dir", "run", "--register-as", "probe-router"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "lora-probe (tau=" in out and "lightgbm (tau=" in out and "AUC lora-probe" in out
+    assert "registered probe-router version 1 (champion: no champion yet)" in out
+    assert (tmp_path / "run" / "checkpoints" / "epoch-001" / "state.json").is_file()
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    run_id = MlflowClient(tracking_uri=uri).get_model_version("probe-router", "1").run_id
+    assert MlflowClient(tracking_uri=uri).get_run(run_id).data.tags["routedvlm.router_type"] == "lora-probe"
+    champion = load_router("models:/probe-router@champion", tracking_uri=uri)
+    local = load_router(tmp_path / "run" / "router")
+    rows = probe_data_rows(probe_data, 6)
+    assert [d.to_dict() for d in champion.decide_batch(rows)] == [d.to_dict() for d in local.decide_batch(rows)]
+
+
+def probe_data_rows(probe_data, n):
+    from routedvlm.training.labels_io import load_labels
+
+    labels, _ = load_labels(probe_data["labels"])
+    rows = labels.head(n).copy()
+    rows["image"] = [str(probe_data["root"] / "images" / f"{sid}.png") for sid in rows["sample_id"]]
+    return rows

@@ -1,4 +1,5 @@
 """CollaborativePipeline: every strategy, selectors, two-stage reuse, stale rope state, run_many, policy."""
+import functools
 import json
 
 import pytest
@@ -266,3 +267,34 @@ def test_import_is_light():
     code = "import sys, routedvlm.inference as i; i.__all__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_escalation_does_not_encode_the_image_again(pipe, images, monkeypatch):
+    first = pipe.run(images["square"], Q, "large_direct")
+    base = pipe.large.model.base_model
+    calls = []
+    original = base.get_image_features
+
+    @functools.wraps(original)
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(base, "get_image_features", counting)
+    pipe.escalate(first, 8)
+    assert calls == []
+    pipe.run(images["square"], Q, "large_direct")
+    assert calls == [1]
+
+
+def test_transfer_hint_sits_inside_the_user_turn(tiny_pair):
+    from routedvlm.inference.inputs import make_request
+    from routedvlm.inference.pipeline_parts import PipelineConfig
+    from routedvlm.inference.stages import LargePrompt
+
+    large = tiny_pair[1]
+    lp = LargePrompt(large, make_request(__import__("PIL.Image").Image.new("RGB", (64, 64)), Q), PipelineConfig())
+    text = lp.transfer_text("two boxes")
+    assert (Q + large.prompts.hint_template.format(reasoning="two boxes") + "<|im_end|>") in text
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert lp.prefix.length == lp.direct_inputs["input_ids"].shape[1] - len(large.text_ids("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"))

@@ -50,6 +50,7 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     continue_final_message: bool = False
+    min_tokens: int | None = None
 
 
 def _bad(message, param=None, code=None, status=400):
@@ -168,4 +169,5 @@ def parse_chat_request(body, limits: Limits, models) -> ChatRequest:
                    "chat_template_kwargs", "invalid_value")
     messages = parse_messages(body.get("messages"), limits)
     return ChatRequest(model, messages, max_tokens, thinking, bool(body.get("logprobs")),
-                       _int_field(body, "top_logprobs", 0, 20) or 0, bool(body.get("continue_final_message")))
+                       _int_field(body, "top_logprobs", 0, 20) or 0, bool(body.get("continue_final_message")),
+                       _int_field(body, "min_tokens", 0, limits.max_tokens))

@@ -2,7 +2,8 @@
 
 Model ids: the routed model (default "routedvlm") answers under the router's policy; "small" and "large"
 answer with that side alone (honouring `chat_template_kwargs.enable_thinking`, `max_tokens`, `logprobs`,
-`top_logprobs` and vLLM's `continue_final_message`), so the server doubles as a stand-in vLLM-like server.
+`top_logprobs`, `min_tokens` and vLLM's `continue_final_message`; decoding is always greedy), so the
+server doubles as a stand-in vLLM-like server for testing the OpenAI backend.
 Requests run in a thread pool; one lock serialises the model calls (both models share one device).
 The route is returned in headers `x-routedvlm-strategy` / `x-routedvlm-keep-tokens` and in the field `routedvlm`.
 No `from __future__ import annotations` here: FastAPI reads the handlers' annotations at runtime.
@@ -145,7 +146,7 @@ def _plain_completion(routed, req: ChatRequest, min_new_tokens: int):
     max_tokens = req.max_tokens or (cfg.max_reason_tokens if mode == "reason" and partial is None else cfg.max_direct_tokens)
     with routed.lock:
         gen = timed_generate(side.model, side.encode(request.image, text), max_new_tokens=max_tokens,
-                             min_new_tokens=min(min_new_tokens, max_tokens))
+                             min_new_tokens=min(min_new_tokens if req.min_tokens is None else req.min_tokens, max_tokens))
     content, reasoning = _split(side, gen.token_ids, mode == "reason" and partial is None)
     eos = set(side._eos_ids())
     finish = "stop" if gen.token_ids and gen.token_ids[-1] in eos else "length"

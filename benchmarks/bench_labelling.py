@@ -38,9 +38,9 @@ def _allow_image_px(model_dir: pathlib.Path, px: int) -> None:
     path.write_text(json.dumps(cfg, indent=2))
 
 
-def shared_prefill_tokens(results: dict) -> int:
-    """Prompt tokens `run_many` prefilled: records marked `shared` appear in several traces but ran once."""
-    seen, total = set(), 0
+def shared_prefill_by_stage(results: dict) -> dict:
+    """{stage: prompt tokens `run_many` prefilled}; records marked `shared` appear in several traces but ran once."""
+    seen, out = set(), {}
     for res in results.values():
         for r in res.trace:
             key = (r["stage"], r["model"])
@@ -48,8 +48,24 @@ def shared_prefill_tokens(results: dict) -> int:
                 if key in seen:
                     continue
                 seen.add(key)
-            total += int(r["prefill_tokens"])
-    return total
+            out[r["stage"]] = out.get(r["stage"], 0) + int(r["prefill_tokens"])
+    return out
+
+
+def branching_saving(results: dict, strategies) -> int:
+    """An estimate, not a measurement: prompt tokens the large transfers would not prefill if each continued from the
+    previous K's cached prompt (under the prefix selector kept tokens are nested: K=16's are the first of K=32's).
+    `run_many` does not branch at each K yet; this sizes what it would save."""
+    from routedvlm.inference.generation import common_prefix_len
+
+    lp = results["large_direct"]._large
+    prev, saved = None, 0
+    for s in (s for s in strategies if s.startswith("transfer_")):  # canonical order: K ascending, then all
+        ids = lp.inputs_for(lp.transfer_text(results[s].kept_text))["input_ids"]
+        if prev is not None:
+            saved += max(common_prefix_len(prev, ids) - lp.prefix.length, 0)
+        prev = ids
+    return saved
 
 
 def _one_sample(pipe, image, question, strategies, shared_first: bool) -> dict:
@@ -67,7 +83,8 @@ def _one_sample(pipe, image, question, strategies, shared_first: bool) -> dict:
     a, b = first(), second()
     (sh, sh_s), (al, al_s) = (a, b) if shared_first else (b, a)
     return {
-        "shared_s": sh_s, "alone_s": al_s, "shared_prefill": shared_prefill_tokens(sh),
+        "shared_s": sh_s, "alone_s": al_s, "shared_by_stage": shared_prefill_by_stage(sh),
+        "branching_saving": branching_saving(sh, strategies),
         "alone_prefill": sum(int(r["prefill_tokens"]) for res in al.values() for r in res.trace),
         "same_answers": all(sh[s].answer == al[s].answer for s in strategies),
     }
@@ -108,11 +125,16 @@ def main(argv=None) -> dict:
         "models": "tiny qwen3_vl pair (random weights)", "strategies": strategies, "samples": len(rows),
         "image_tokens": rows[0]["image_tokens"], "reason_tokens": args.reason_tokens, "threads": args.threads,
         "same_answers": all(r["same_answers"] for r in rows),
-        "prefill_tokens_shared": sum(r["shared_prefill"] for r in rows),
+        "prefill_tokens_shared": sum(sum(r["shared_by_stage"].values()) for r in rows),
         "prefill_tokens_alone": sum(r["alone_prefill"] for r in rows),
         "wall_s_shared": round(sum(r["shared_s"] for r in rows), 2), "wall_s_alone": round(sum(r["alone_s"] for r in rows), 2),
     }
+    stages = rows[0]["shared_by_stage"]
+    out["shared_prefill_by_stage"] = {k: sum(r["shared_by_stage"].get(k, 0) for r in rows) for k in stages}
     out["prefill_ratio"] = round(out["prefill_tokens_alone"] / out["prefill_tokens_shared"], 2)
+    saving = sum(r["branching_saving"] for r in rows)
+    out["estimate_prefill_ratio_if_branching_at_each_k"] = round(
+        out["prefill_tokens_alone"] / (out["prefill_tokens_shared"] - saving), 2)
     out["wall_ratio"] = round(out["wall_s_alone"] / out["wall_s_shared"], 2)
     for key, value in out.items():
         print(f"{key:24s} {value}")

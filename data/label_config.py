@@ -88,6 +88,8 @@ class LabelConfig:
             if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost") and value:
                 p = Path(str(value)).expanduser()
                 value = str(p.resolve()) if p.exists() else str(value)
+            elif f.name == "out":
+                value = str(Path(str(value)).expanduser().resolve())
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

@@ -18,9 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from ..router.errors import RoutedVLMError
+from ..router.errors import ConfigError
 from ..router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
 from .label_config import LabelConfig
 from .label_parts import ORDER_COLUMN, PartStore
@@ -79,13 +77,15 @@ def open_source(cfg: LabelConfig):
     ids = [str(v) for v in ds[id_col]] if id_col else None
     keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
 
+    name = local.stem if adapter.name == "local" and local.exists() else adapter.name
+
     def load(position: int, sample_id: str):
         sample = row_to_sample(adapter, ds[int(position)], sample_id)
         sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
-        if adapter.name == "local" and local.exists():
-            sample.dataset = local.stem
+        sample.dataset = name if adapter.name == "local" else sample.dataset
         return sample
 
+    load.dataset_name = name  # for rows whose sample cannot be loaded
     return SampleSource(source.dataset, config, split, adapter.name, source.limit), keyed, load
 
 
@@ -122,7 +122,7 @@ def label_sample(pipe, sample, strategies, threshold: float, stage_ms=None) -> d
 def _base_row(position, sample_id, sample, source_name) -> dict:
     return {
         ORDER_COLUMN: int(position), "sample_id": sample_id,
-        "dataset": sample.dataset if sample else Path(source_name).stem or source_name,
+        "dataset": sample.dataset if sample else source_name,
         "task_type": sample.task_type if sample else None,
         "question": sample.prompt if sample else "",
         "reference": json.dumps(sample.references if sample else []),
@@ -210,7 +210,7 @@ def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -
                dynamic_ncols=True, smoothing=0.1)
     try:
         for position, sample_id in todo:
-            row = process(pipe, cfg, position, sample_id, load, cfg.dataset, stage_ms)
+            row = process(pipe, cfg, position, sample_id, load, load.dataset_name, stage_ms)
             errors += row[ERROR_COLUMN] is not None
             buf.append(row)
             bar.update(1)
@@ -270,6 +270,9 @@ def run_labelling(cfg: LabelConfig) -> LabelSummary:
     todo = [(p, sid) for p, sid in mine if sid not in done]
     log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
     metadata, seconds = (manifest or {}).get("metadata"), 0.0
+    if metadata is not None and metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
+        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {store.dir} "
+                          "started (its sha256 differs); resume with the original profile or start over.")
     if todo or metadata is None:
         pipe, device = load_pipeline(cfg)
         if metadata is None:

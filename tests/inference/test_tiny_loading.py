@@ -76,3 +76,11 @@ def test_processor_config_extras_round_trip(tiny_vlm):
     vlm = tiny_vlm("smolvlm")
     saved = json.loads((vlm.name and __import__("pathlib").Path(vlm.name) / "processor_config.json").read_text())
     assert vlm.processor.image_seq_len == saved["image_seq_len"]
+
+
+def test_folder_without_a_model_is_a_model_load_error(tmp_path):
+    from routedvlm.inference import VLM
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match=r"^Cannot load .*empty' as an image-text-to-text model"):
+        VLM.from_pretrained(tmp_path / "empty")

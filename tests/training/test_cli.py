@@ -116,3 +116,15 @@ def test_bad_flags_exit_2(base_df, tmp_path, capsys):
     assert rc == 2 and "`--strategies` names ['transfer_999'], which the labels do not hold" in err
     rc, err = _run(capsys, tmp_path, "--data", str(path), "--mode", "one-shot", "--features", "large_direct")
     assert rc == 2 and "Mode 'one-shot' may only use prompt features" in err
+
+
+def test_without_data_uses_the_embedded_labels_and_says_so(base_df, tmp_path, capsys, monkeypatch):
+    import routedvlm.training.labels_io as io
+
+    path = _write(base_df, tmp_path / "toy.parquet")
+    monkeypatch.setattr(io, "embedded_labels_path", lambda: path)
+    rc = main(["train", "--no-mlflow", "--num-boost-round", "10", "--output-dir", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert f"read 400 labelled samples from the embedded toy labels {path}" in out.err
+    assert "learned (tau=" in out.out and (tmp_path / "out" / "router" / "policy.json").is_file()

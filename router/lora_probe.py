@@ -13,7 +13,6 @@ Otherwise the probe prefills the prompt itself. A full-depth adapter would see m
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -311,7 +310,3 @@ def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: i
                     lora_r=lora.get("r", 0) if p.get("adapter") else 0, lora_alpha=lora.get("alpha", 16),
                     head_hidden=p.get("head_hidden", 64), seed=seed)
 
-
-def copy_shared(shared: SharedPrefill) -> SharedPrefill:
-    """A SharedPrefill with its own copy of the cache (tests compare shared and own prefills on one cache)."""
-    return SharedPrefill(copy.deepcopy(shared.cache), shared.prompt_tokens, shared.rope_deltas)

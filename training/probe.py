@@ -9,12 +9,14 @@ fitted on the same split (probe_eval) -> `<output-dir>/router` (policy.json, ada
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from routedvlm.router.errors import ConfigError, TrainingError
+from routedvlm.router.errors import ConfigError
+from routedvlm.router.strategies import SMALL_DIRECT
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +38,48 @@ def resolve_base(config, metadata: dict) -> Path:
     return base
 
 
+@dataclass
+class ProbeJob:
+    """Everything the probe job's steps share."""
+
+    config: object
+    labels_hash: str
+    metadata: dict
+    split: object
+    policy: object
+    net: object
+    out: Path
+
+
 def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | None = None, *,
                 samples: pd.DataFrame | None = None):
     """Run the probe job; `samples` (labels + `image` + `question` columns) skips reloading. Returns TrainResult."""
+    from routedvlm.router.lora_probe import LoRAProbeRouter
+
+    from .evaluate import format_table
+    from .pipeline import TrainResult
+    from .probe_eval import summary_line
+
+    job = prepare(config, labels, metadata, samples)
+    state = fit(job)
+    ev = evaluate_probe(job, state)
+    router = LoRAProbeRouter(job.policy, job.net)
+    _write(router, ev, job.out)
+    return TrainResult(router, ev, job.out, job.metadata, job.labels_hash, test=job.split.test,
+                       table=format_table(ev) + "\n" + summary_line(ev))
+
+
+def prepare(config, labels, metadata, samples) -> ProbeJob:
+    """Labels, samples, the LightGBM plan and split, the probe's policy (tau not yet calibrated) and its net."""
     import torch
 
-    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base, weights_hash
+    from routedvlm.router.lora_probe import ProbeNet, load_base, weights_hash
     from routedvlm.router.policy import Policy
 
-    from . import probe_eval as pe
-    from .calibrate import calibrate_tau
-    from .evaluate import evaluate, format_table
     from .labels_io import content_hash, load_labels
-    from .pipeline import TrainResult, _default_output_dir, _plan, _policy_metrics, fit_router
+    from .pipeline import _default_output_dir, _plan, fit_router
     from .probe_data import attach_samples
-    from .probe_fit import encode_rows, fit_probe, mean_loss, set_feature_scaling
+    from .probe_fit import set_feature_scaling
     from .split import split_labels
 
     if config.resume and not config.output_dir:
@@ -65,54 +94,71 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     data = samples if samples is not None else attach_samples(labels, metadata, config.dataset)
     split = split_labels(data, config.calib_fraction, config.test_fraction, config.seed)
     template = fit_router(config, split, candidates, features, paid, labels_hash)  # costs, fallback, split params
-    base_hash = weights_hash(base)
     fields = {k: v for k, v in template.policy.to_dict().items() if k != "created_at"}
     policy = Policy(**{**fields, "router_type": "lora-probe",
-                       "params": {"base_model": str(base), "base_hash": base_hash, "prompt": "small model, direct mode",
-                                  "split": template.policy.params["split"]}})
+                       "params": {"base_model": str(base), "base_hash": weights_hash(base),
+                                  "prompt": "small model, direct mode", "split": template.policy.params["split"]}})
     net = ProbeNet(load_base(base), candidates, features, lora_r=config.lora_r, lora_alpha=2 * max(config.lora_r, 1),
                    seed=config.seed)
     set_feature_scaling(net, split.train)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
-    identity = {"base_hash": base_hash, "labels_hash": labels_hash, "strategies": candidates, "features": features,
-                "lora_r": config.lora_r, "seed": config.seed, "split": split.sizes()}
-    train_items = encode_rows(net, split.train)
-    state = fit_probe(net, train_items, epochs=config.epochs, lr=config.lr, batch_size=config.batch_size,
-                      seed=config.seed, checkpoints=out / "checkpoints", resume=config.resume, identity=identity)
-    final_loss = mean_loss(net, train_items)
-    cal_loss = mean_loss(net, encode_rows(net, split.calibration, progress=False))
-    log.info("probe trained: train loss %.4f -> %.4f; calibration loss %.4f", state["initial_loss"], final_loss, cal_loss)
+    return ProbeJob(config, labels_hash, metadata, split, policy, net, out)
+
+
+def fit(job: ProbeJob) -> dict:
+    """Fine-tune with checkpoints; the training state plus final train and calibration losses."""
+    from .probe_fit import encode_rows, fit_probe, mean_loss
+
+    c, net, split = job.config, job.net, job.split
+    identity = {"base_hash": job.policy.params["base_hash"], "labels_hash": job.labels_hash,
+                "strategies": net.strategies, "features": net.features, "lora_r": c.lora_r, "seed": c.seed,
+                "split": split.sizes()}
+    items = encode_rows(net, split.train)
+    state = fit_probe(net, items, epochs=c.epochs, lr=c.lr, batch_size=c.batch_size, seed=c.seed,
+                      checkpoints=job.out / "checkpoints", resume=c.resume, identity=identity)
+    state["final_loss"] = mean_loss(net, items)
+    state["calibration_loss"] = mean_loss(net, encode_rows(net, split.calibration, progress=False))
+    log.info("probe trained: train loss %.4f -> %.4f; calibration loss %.4f", state["initial_loss"],
+             state["final_loss"], state["calibration_loss"])
+    return state
+
+
+def evaluate_probe(job: ProbeJob, state: dict) -> dict:
+    """Calibrate tau and evaluate with the probe's cost, beside LightGBM; fills the policy's tau, metrics, params."""
+    from . import probe_eval as pe
+    from .calibrate import calibrate_tau
+    from .evaluate import evaluate
+    from .pipeline import _policy_metrics
+
+    c, net, split, policy = job.config, job.net, job.split, job.policy
     p_cal, _ = pe.predict_table(net, split.calibration)
     p_test, own_ms = pe.predict_table(net, split.test)
     shared_ms, shared_diff = pe.shared_cost_ms(net, split.test)
-    router = LoRAProbeRouter(policy, net)
     pre = pe.PrecomputedRouter(policy, pd.concat([p_cal, p_test]))
     cost = pe.probe_cost(policy, own_ms, shared_ms)
-    target = dict(config.target)
+    target = dict(c.target)
     if target["kind"] == "latency_ms":  # the probe's own cost comes out of the budget
         target["value"] = max(target["value"] - float(cost.mean()), 0.0)
-    op = calibrate_tau(p_cal, pre._costs, policy.fallback, split.calibration, policy.mode, paid, target, candidates)
+    op = calibrate_tau(p_cal, pre._costs, policy.fallback, split.calibration, policy.mode, policy.paid_stages,
+                       target, policy.strategies)
     op.mean_latency_ms += float(cost.mean())
     policy.tau = op.param
-    ev = evaluate(pre, split.calibration, split.test, config.target, config.baseline_k, op)
-    ev = pe.add_probe_cost(ev, pre, split.test, cost)
-    comparison = pe.lightgbm_comparison(config, split, candidates, features, paid, labels_hash, ev) if features else None
-    ev = pe.side_by_side(ev, comparison)
+    ev = pe.add_probe_cost(evaluate(pre, split.calibration, split.test, c.target, c.baseline_k, op), pre, split.test, cost)
+    if policy.features:
+        ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features,
+                                                        policy.paid_stages, job.labels_hash, ev))
     ev["split"] = split.sizes()
     ev["probe"] = {"cost_ms_mean": float(cost.mean()), "own_ms_mean": float(own_ms.mean()), "shared_ms_mean": shared_ms,
-                   "shared_prefill": "small_direct" in policy.paid_stages, "shared_max_abs_diff": shared_diff,
-                   "initial_train_loss": state["initial_loss"], "final_train_loss": final_loss,
-                   "train_losses": state["losses"],
-                   "calibration_loss": cal_loss, "resumed_from": state.get("resumed_from")}
+                   "shared_prefill": SMALL_DIRECT in policy.paid_stages, "shared_max_abs_diff": shared_diff,
+                   "initial_train_loss": state["initial_loss"], "final_train_loss": state["final_loss"],
+                   "train_losses": state["losses"], "calibration_loss": state["calibration_loss"],
+                   "resumed_from": state.get("resumed_from")}
     policy.metrics = {**_policy_metrics(ev), "probe_cost_ms_mean": float(cost.mean()),
-                      "calibration_loss": cal_loss}
+                      "calibration_loss": state["calibration_loss"]}
     policy.params.update({"probe_ms": {"own_mean": float(own_ms.mean()), "shared_mean": shared_ms},
-                          "training": {"epochs": config.epochs, "lr": config.lr, "batch_size": config.batch_size,
-                                       "seed": config.seed, "train_losses": state["losses"]}})
-    _write(router, ev, out)
-    table = format_table(ev) + "\n" + pe.summary_line(ev)
-    test = split.test
-    return TrainResult(router, ev, out, metadata, labels_hash, test=test, table=table)
+                          "training": {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "seed": c.seed,
+                                       "train_losses": state["losses"]}})
+    return ev
 
 
 def _write(router, ev: dict, out: Path) -> None:

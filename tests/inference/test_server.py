@@ -1,0 +1,228 @@
+"""routedvlm serve: the official openai client against a server subprocess on loopback; routes, limits, API key,
+20 concurrent requests; the OpenAI backend (remote small and large models) against the same server."""
+import base64
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from routed_helpers import expected_route, save_prompt_router
+
+KEY = "test-key"
+PIPE_FLAGS = ["--min-new-tokens", "4", "--max-direct-tokens", "6", "--max-reason-tokens", "40", "--min-reason-tokens", "24"]
+LIMIT_FLAGS = ["--max-images", "1", "--max-image-pixels", "20000", "--max-text-chars", "500"]
+QUESTIONS = ["Color?", "Which bar is tallest?", "How many red boxes are in this picture?",
+             "Count the boxes, then say how many are blue and how many are green.", "Is it red?"]
+
+
+def data_url(image) -> str:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def user(image, text, n_images=1):
+    parts = [{"type": "image_url", "image_url": {"url": data_url(image)}}] * n_images
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair, tmp_path_factory):
+    """`routedvlm serve` in a subprocess on 127.0.0.1 with the session's tiny pair and a one-shot LightGBM router."""
+    import httpx
+
+    root = tmp_path_factory.mktemp("serve")
+    folder = save_prompt_router(root / "router")
+    port, log = _free_port(), open(root / "server.log", "w")
+    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", tiny_pair[0].name, "--large",
+           tiny_pair[1].name, "--router", str(folder), "--port", str(port), "--api-key", KEY, "--log-level", "warning",
+           *PIPE_FLAGS, *LIMIT_FLAGS]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("server did not start within 180 s")
+            time.sleep(0.25)
+        yield {"url": url, "router": folder}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{server['url']}/v1", api_key=KEY, timeout=120, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def local(tiny_pair, make_pipeline, server):
+    """The same policy run in this process: what every served request must match."""
+    from routedvlm.inference.routed import RoutedVLM
+
+    return RoutedVLM(make_pipeline(*tiny_pair), str(server["router"]))
+
+
+def _post(server, body, key=KEY, raw=None):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{server['url']}/v1/chat/completions", json=body if raw is None else None, content=raw,
+                      headers=headers, timeout=120)
+
+
+def test_openai_client_gets_the_route_in_headers_and_body(client, local, images):
+    q = QUESTIONS[2]
+    raw = client.chat.completions.with_raw_response.create(model="routedvlm", messages=user(images["square"], q))
+    resp = raw.parse()
+    ref = local(image=images["square"], question=q)
+    assert raw.headers["x-routedvlm-strategy"] == resp.model_extra["routedvlm"]["strategy"] == expected_route(q) == ref.strategy
+    assert raw.headers["x-routedvlm-keep-tokens"] == ""
+    assert resp.choices[0].message.content == ref.text and resp.object == "chat.completion"
+    info = resp.model_extra["routedvlm"]
+    assert info["p_correct"] == pytest.approx(ref.p_correct) and info["fallback"] is False
+    assert [r["stage"] for r in info["trace"]] == [r["stage"] for r in ref.trace]
+    assert resp.usage.completion_tokens == sum(r["decode_tokens"] for r in ref.trace if r["model"])
+
+
+def test_models_and_health(client, server):
+    import httpx
+
+    assert [m.id for m in client.models.list()] == ["routedvlm", "small", "large"]
+    health = httpx.get(f"{server['url']}/health", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert health == {"status": "ok", "router_type": "lightgbm", "mode": "one-shot", "router_fallback": False, "router_error": None}
+
+
+@pytest.mark.parametrize("key", [None, "wrong"])
+def test_api_key_is_enforced(server, images, key):
+    from openai import AuthenticationError, OpenAI
+
+    r = _post(server, {"model": "routedvlm", "messages": user(images["square"], "Color?")}, key=key)
+    assert r.status_code == 401
+    assert r.json() == {"error": {"message": "Missing or wrong API key: send 'Authorization: Bearer <key>'.",
+                                  "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+    with pytest.raises(AuthenticationError):
+        OpenAI(base_url=f"{server['url']}/v1", api_key=key or "x", max_retries=0).models.list()
+
+
+BAD = {
+    "too_many_images": (lambda im: {"model": "routedvlm", "messages": user(im, "Color?", n_images=2)}, 400, "messages"),
+    "image_too_large": (lambda im: {"model": "routedvlm", "messages": user(im.resize((200, 200)), "Color?")}, 400, "messages[0].content[0]"),
+    "text_too_long": (lambda im: {"model": "routedvlm", "messages": user(im, "x" * 501)}, 400, "messages"),
+    "model_not_found": (lambda im: {"model": "gpt-9", "messages": user(im, "Color?")}, 404, "model"),
+    "invalid_content": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [{"type": "audio"}]}]},
+                        400, "messages[0].content[0]"),
+    "missing_messages": (lambda im: {"model": "routedvlm"}, 400, "messages"),
+    "unsupported_parameter": (lambda im: {"model": "routedvlm", "messages": user(im, "Color?"), "stream": True}, 400, "stream"),
+    "invalid_image_url": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/cat.png"}}, {"type": "text", "text": "Color?"}]}]},
+        400, "messages[0].content[0]"),
+    "invalid_image": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}, {"type": "text", "text": "Q?"}]}]},
+        400, "messages[0].content[0]"),
+    "invalid_input": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": "no image here"}]}, 400, "messages"),
+}
+
+
+@pytest.mark.parametrize("code", sorted(BAD))
+def test_bad_requests_get_openai_shaped_4xx_errors(server, images, code):
+    make, status, param = BAD[code]
+    r = _post(server, make(images["square"]))
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
+    assert (err["code"], err["param"]) == (code, param) and err["message"]
+
+
+def test_body_that_is_not_json_is_a_400(server):
+    r = _post(server, None, raw=b"{oops")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_twenty_concurrent_requests_each_get_their_own_route(server, local, images):
+    """19 valid requests + 1 malformed one, 8 client threads: all answered; routes and answers match the policy
+    run locally request by request; the malformed one gets a 400 and disturbs nothing."""
+    jobs = [(images[name], QUESTIONS[i % len(QUESTIONS)]) for i, name in
+            enumerate(["square", "wide", "tall", "square"] * 5)][:19]
+    bodies = [{"model": "routedvlm", "messages": user(im, q)} for im, q in jobs]
+    bodies.insert(7, {"model": "routedvlm", "messages": [{"role": "user", "content": 42}]})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(_post, server, b) for b in bodies]
+        responses = [f.result(timeout=300) for f in futures]
+    bad = responses.pop(7)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_content"
+    for (im, q), r in zip(jobs, responses):
+        assert r.status_code == 200, r.text
+        ref = local(image=im, question=q)
+        assert r.headers["x-routedvlm-strategy"] == ref.strategy == expected_route(q)
+        assert r.json()["choices"][0]["message"]["content"] == ref.text
+        assert r.headers["x-routedvlm-keep-tokens"] == ("8" if ref.strategy == "transfer_8" else "")
+    assert len({r.headers["x-routedvlm-strategy"] for r in responses}) == 3
+
+
+def test_plain_models_honour_thinking_max_tokens_and_logprobs(client, local, images):
+    msgs = user(images["square"], "How many boxes?")
+    thought = client.chat.completions.create(model="small", messages=msgs, max_tokens=10, logprobs=True, top_logprobs=3,
+                                             extra_body={"chat_template_kwargs": {"enable_thinking": True}, "min_tokens": 10})
+    choice = thought.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    assert isinstance(choice.message.model_extra["reasoning_content"], str)
+    assert len(choice.logprobs.content) == thought.usage.completion_tokens == 10
+    assert len(choice.logprobs.content[0].top_logprobs) == 3
+    direct = client.chat.completions.create(model="small", messages=msgs, max_tokens=6,
+                                            extra_body={"chat_template_kwargs": {"enable_thinking": False}, "min_tokens": 4})
+    ref = local.pipeline.run(images["square"], "How many boxes?", "small_direct")
+    assert direct.choices[0].message.content == ref.answer
+    assert "reasoning_content" not in (direct.choices[0].message.model_extra or {})
+
+
+def test_corrupt_router_folder_falls_back_in_process(tiny_pair, make_pipeline, images, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.inference.server import create_app
+
+    folder = save_prompt_router(tmp_path / "router")
+    (folder / "policy.json").write_text('{"router_type": "lightgbm"')
+    routed = RoutedVLM(make_pipeline(*tiny_pair), str(folder), fallback="large_direct")
+    with TestClient(create_app(routed)) as http:
+        health = http.get("/health").json()
+        assert health["router_fallback"] is True and health["router_error"].startswith("RouterError")
+        r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["wide"], "Color?")})
+    assert r.status_code == 200 and r.headers["x-routedvlm-strategy"] == "large_direct"
+    info = r.json()["routedvlm"]
+    assert info["fallback"] is True and next(t for t in info["trace"] if t["stage"] == "decision")["error"] == routed.router_error
+
+
+def test_serve_help_is_fast_and_bad_flags_are_errors():
+    code = ("import json, sys; import routedvlm.inference.serve_cli as m; m.build_parser().format_help(); "
+            "print(json.dumps(sorted(k for k in ('torch', 'transformers', 'fastapi') if k in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+    bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
+                          "--port", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: The `--port` flag must be a positive integer <= 65535.")

@@ -242,3 +242,13 @@ def test_help_is_fast_and_imports_no_torch():
             "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "routedvlm label merge" in out.stdout and out.stdout.strip().endswith("False")
+
+
+@pytest.mark.slow
+def test_merge_refuses_files_of_different_runs(full_run, tmp_path):
+    from routedvlm.data.labels import read_labels, write_labels
+
+    df, meta = read_labels(full_run)
+    other = write_labels(df, tmp_path / "other.parquet", {**meta, "selector": "suffix"})
+    with pytest.raises(LabelsError, match=r"^These labels files come from different runs .*'selector' differs"):
+        _label("merge", str(tmp_path / "m.parquet"), str(full_run), str(other))

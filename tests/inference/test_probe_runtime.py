@@ -61,3 +61,36 @@ def test_probe_shares_the_small_direct_prefill(probe_parts, paid, shared):
     assert vlm.router.trace_info()["probe_shared_prefill"] is False
     assert out.p_correct == pytest.approx(own.p_correct, abs=1e-5)
     assert out.strategy == own.strategy
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen3_vl", "smolvlm", "llava_onevision"])
+def test_shared_hidden_equals_own_prefill(arch, tmp_path):
+    """Re-feeding the last prompt token on the small model's small_direct cache (adapter off there) gives the
+    probe's own adapted prefill, on every architecture."""
+    import torch
+    from PIL import Image
+
+    from routedvlm.inference import VLM, build_tiny_vlm
+    from routedvlm.inference.inputs import Request
+    from routedvlm.inference.pipeline_parts import PipelineConfig
+    from routedvlm.inference.stages import run_direct
+    from routedvlm.router.lora_probe import ProbeNet, SharedPrefill, load_base
+
+    path = build_tiny_vlm(arch, tmp_path / arch, seed=0, size="tiny")
+    small, net = VLM.from_pretrained(path), ProbeNet(load_base(path), STRATEGIES, [], lora_r=2, seed=0)
+    with torch.no_grad():
+        for name, p in net.vlm.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    image, question = Image.new("RGB", (64, 64), (200, 10, 10)), "What color is it?"
+    with torch.inference_mode():
+        own = net.hidden(net.encode(image, question))
+        with net.peft.disable_adapter():
+            base = net.hidden(net.encode(image, question))
+    gen, _, _ = run_direct(small, "small", Request(image, question), PipelineConfig(max_direct_tokens=4, min_new_tokens=3))
+    rope = getattr(small.model.model, "rope_deltas", None)
+    shared = SharedPrefill(gen.cache, gen.prefill_tokens + gen.cached_tokens, None if rope is None else rope.clone())
+    with torch.inference_mode():
+        via_cache = net.shared_hidden(shared, question)
+    assert (own - base).abs().max() > 0.1  # the adapter matters ...
+    assert torch.allclose(via_cache, own, atol=1e-5)  # ... and the shared pass still equals the own prefill

@@ -17,6 +17,9 @@ _LAZY = {
     "build_tiny_vlm": "tiny",
     "build_tiny_pair": "tiny",
     "PromptConfig": "prompts",
+    "RoutedVLM": "routed",
+    "RoutedOutput": "policy_runner",
+    "OpenAIVLM": "backends.openai_backend",
 }
 __all__ = sorted(_LAZY)
 

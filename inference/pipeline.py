@@ -15,7 +15,7 @@ from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_st
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import PipelineConfig, Result, parallel
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
-from .stages import LargePrompt, finish_answer, record, run_direct, run_reasoning
+from .stages import LargePrompt, answer_prompt, finish_answer, large_prompt, run_direct, run_reasoning
 
 logger = logging.getLogger(__name__)
 __all__ = ["CollaborativePipeline", "PipelineConfig", "Result"]
@@ -62,7 +62,7 @@ class CollaborativePipeline:
             gen, ans, rec = run_direct(self.small, "small", req, cfg)
             return Result(ans, strat.id, None, None, [rec], gen)
         if strat.id == LARGE_DIRECT:
-            return self._large_direct(req, LargePrompt(self.large, req, cfg))
+            return self._large_direct(req, large_prompt(self.large, req, cfg))
         if strat.id in ("small_reason", "large_reason"):
             side = self.small if strat.id == "small_reason" else self.large
             rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
@@ -71,7 +71,7 @@ class CollaborativePipeline:
             res._reasoning_run = rr if strat.id == "small_reason" else None
             return res
         rr = run_reasoning(self.small, "small", req, cfg, self._reason_budget([strat.keep_tokens]))
-        lp = LargePrompt(self.large, req, cfg) if self.selector_name in NEEDS_ATTENTION else None
+        lp = large_prompt(self.large, req, cfg) if self.selector_name in NEEDS_ATTENTION else None
         return self._transfer(req, strat.keep_tokens, rr, lp, stage="large_transfer", base_trace=[])
 
     def _large_direct(self, req, lp: LargePrompt) -> Result:
@@ -99,12 +99,8 @@ class CollaborativePipeline:
         kept, n_kept, sel_records = self._select(rr, k, lp)
         small_records = list(rr.records) if small_records is None else small_records
         if lp is None:  # one-stage, cold: the large model encodes image + question + kept tokens at once
-            from .generation import timed_generate
-
-            text = self.large.render(req.messages(self.large.prompts.transfer_question(req.question, kept)), "direct")
-            gen = timed_generate(self.large.model, self.large.encode(req.image, text),
-                                 max_new_tokens=self.config.max_direct_tokens, min_new_tokens=self.config.min_new_tokens)
-            ans, rec = self.large.clean_answer(gen.token_ids), record(stage, "large", self.large, self.large.mode_name("direct"), gen)
+            question = self.large.prompts.transfer_question(req.question, kept)
+            gen, ans, rec = answer_prompt(self.large, req, question, stage, self.config)
             pre = []
         else:
             gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
@@ -169,7 +165,7 @@ class CollaborativePipeline:
         if budget:
             jobs["rr"] = lambda: run_reasoning(self.small, "small", req, cfg, budget)
         if need_large:
-            jobs["lp"] = lambda: LargePrompt(self.large, req, cfg)
+            jobs["lp"] = lambda: large_prompt(self.large, req, cfg)
         done = parallel(jobs, self.concurrent)
         rr, lp = done.get("rr"), done.get("lp")
         out = {}

@@ -24,6 +24,8 @@ def record(stage: str, side: str, vlm, mode: str, gen: Generation, **extra) -> d
 
 def run_direct(vlm, side: str, request, cfg) -> tuple[Generation, str, dict]:
     """A short answer in direct mode (thinking off): (generation, answer, trace record)."""
+    if getattr(vlm, "remote", False):  # a model behind an HTTP API runs its own stages (backends/)
+        return vlm.run_direct(side, request, cfg)
     text = vlm.render(request.messages(), "direct")
     gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
                          min_new_tokens=cfg.min_new_tokens)
@@ -49,6 +51,8 @@ class ReasoningRun:
 
 def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int) -> ReasoningRun:
     """Reason for at most `max_tokens` tokens (`side_vlm.reasoning_side()` serves the mode)."""
+    if getattr(side_vlm, "remote", False):
+        return side_vlm.run_reasoning(side, request, cfg, max_tokens)
     vlm = side_vlm.reasoning_side()
     question = vlm.question_for(request.question, "reason")
     inputs = vlm.encode(request.image, vlm.render(request.messages(question), "reason"))
@@ -63,6 +67,8 @@ def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
     """Make sure a reasoning run has an answer: if it stopped inside its reasoning, close it and decode one."""
     if run.answer is not None:
         return run
+    if getattr(run.vlm, "remote", False):
+        return run.vlm.finish_answer(run, cfg)
     import torch
 
     from .generation import PrefixState
@@ -82,6 +88,21 @@ def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
     run.answer, run.answer_gen = vlm.clean_answer(ans.token_ids), ans
     run.records.append(record(f"{run.side}_reason_answer", run.side, vlm, vlm.mode_name("reason"), ans))
     return run
+
+
+def answer_prompt(vlm, request, question: str, stage: str, cfg) -> tuple[Generation, str, dict]:
+    """A cold direct answer of the large model to `question` about the request's image (one-stage transfer)."""
+    if getattr(vlm, "remote", False):
+        return vlm.answer_prompt(request, question, stage, cfg)
+    text = vlm.render(request.messages(question), "direct")
+    gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
+                         min_new_tokens=cfg.min_new_tokens)
+    return gen, vlm.clean_answer(gen.token_ids), record(stage, "large", vlm, vlm.mode_name("direct"), gen)
+
+
+def large_prompt(vlm, request, cfg):
+    """The large model's cached image+question prefix: a LargePrompt, or the remote model's counterpart."""
+    return vlm.large_prompt(request, cfg) if getattr(vlm, "remote", False) else LargePrompt(vlm, request, cfg)
 
 
 def _rope(model):

@@ -38,6 +38,8 @@ class VLM:
     chat template handles thinking), `reasoner` (a VLM serving the reasoning mode, or None), `prompts`.
     """
 
+    remote = False  # True for a model behind an HTTP API (see from_openai): the stages then call its methods
+
     def __init__(self, model, processor, tokenizer, *, name: str, style: str = "auto", reasoner: "VLM | None" = None,
                  prompts: PromptConfig = DEFAULT_PROMPTS, reason_prompt: bool = True):
         if style not in STYLES:
@@ -78,6 +80,19 @@ class VLM:
             reasoner = cls.from_pretrained(reasoner, device, dtype, thinking="auto", prompts=prompts)
         return cls(model, processor, tokenizer, name=path, style=thinking, reasoner=reasoner,
                    prompts=prompts or DEFAULT_PROMPTS, reason_prompt=reason_prompt)
+
+    @classmethod
+    def from_openai(cls, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
+                    max_retries: int = 2, thinking: str = "hybrid", reasoner=None, **kwargs) -> "VLM":
+        """A model served by an OpenAI-compatible server (vLLM, SGLang, `routedvlm serve`), usable as a side of
+        the pipeline. thinking: "hybrid" (switched with `chat_template_kwargs.enable_thinking`), "always" or
+        "never"; reasoner: a model id on the same server (or an OpenAIVLM) serving the reasoning mode.
+        kwargs: `prompts`, `top_logprobs`, `reason_prompt`. See `backends/openai_backend.py` for what is
+        measured over HTTP (two-stage decoding relies on the server's prefix caching)."""
+        from .backends.openai_backend import OpenAIVLM
+
+        return OpenAIVLM.connect(base_url, model, api_key, timeout=timeout, max_retries=max_retries,
+                                 thinking=thinking, reasoner=reasoner, **kwargs)
 
     # ----- modes -------------------------------------------------------------------------------------------
     def _render_probe(self, **kw) -> str:

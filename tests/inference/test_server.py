@@ -226,3 +226,110 @@ def test_serve_help_is_fast_and_bad_flags_are_errors():
     bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
                           "--port", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: The `--port` flag must be a positive integer <= 65535.")
+
+
+# ---- the OpenAI backend: a pipeline whose two models are remote (the same server, models "small" and "large") ----
+REMOTE_STRATEGIES = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_8", "transfer_all"]
+
+
+@pytest.fixture(scope="module")
+def remote_pipe(server, make_pipeline):
+    from routedvlm.inference import VLM
+
+    url = f"{server['url']}/v1"
+    return make_pipeline(VLM.from_openai(url, "small", api_key=KEY, timeout=120),
+                         VLM.from_openai(url, "large", api_key=KEY, timeout=120))
+
+
+@pytest.mark.parametrize("strategy", ["small_direct", "large_direct"])
+def test_remote_direct_answers_and_logprobs_equal_the_local_models(remote_pipe, local, images, strategy):
+    remote = remote_pipe.run(images["wide"], "How many boxes?", strategy)
+    ref = local.pipeline.run(images["wide"], "How many boxes?", strategy)
+    assert remote.answer == ref.answer and remote.generation.output_tokens == ref.generation.output_tokens
+    assert remote.token_logprobs == pytest.approx(ref.token_logprobs, abs=1e-4)
+    last = remote.trace[-1]
+    # the server prefills the whole prompt (no prefix cache): the local prefill plus the local cached prefix
+    assert last["remote"] is True and last["prefill_tokens"] == ref.trace[-1]["prefill_tokens"] + ref.trace[-1]["cached_tokens"]
+
+
+@pytest.mark.parametrize("strategy", REMOTE_STRATEGIES)
+def test_every_strategy_runs_over_the_openai_backend(remote_pipe, images, strategy):
+    res = remote_pipe.run(images["square"], "How many boxes?", strategy)
+    assert res.strategy == strategy and isinstance(res.answer, str)
+    assert all(r["remote"] for r in res.trace) and res.latency_ms > 0
+    if strategy == "transfer_8":
+        assert 0 < res.keep_tokens <= 8 and res.trace[0]["decode_tokens"] <= 8
+    json.dumps(res.to_dict())
+
+
+def test_escalation_over_http_equals_the_one_stage_transfer(remote_pipe, images):
+    first = remote_pipe.run(images["tall"], "How many boxes?", "large_direct")
+    second = remote_pipe.escalate(first, 8)
+    assert second.answer == remote_pipe.run(images["tall"], "How many boxes?", "transfer_8").answer
+    assert [r["stage"] for r in second.trace] == ["large_prefix", "large_direct", "small_reason", "escalate"]
+
+
+def test_routed_vlm_with_remote_models_takes_the_local_route(remote_pipe, local, images):
+    from routedvlm.inference import RoutedVLM
+
+    remote = RoutedVLM(remote_pipe, "mutual-verification:8")(image=images["square"], question="Is it red?")
+    ref = RoutedVLM(local.pipeline, "mutual-verification:8")(image=images["square"], question="Is it red?")
+    assert remote.strategy == ref.strategy and remote.decision["features"] == ref.decision["features"]
+
+
+def test_attention_selector_is_unavailable_over_http(server, make_pipeline, images):
+    from routedvlm.inference import VLM
+    from routedvlm.router.errors import ModeUnavailableError
+
+    url = f"{server['url']}/v1"
+    pipe = make_pipeline(VLM.from_openai(url, "small", api_key=KEY), VLM.from_openai(url, "large", api_key=KEY),
+                         selector="attention")
+    with pytest.raises(ModeUnavailableError, match=r"^The attention selector needs the large model's attention weights"):
+        pipe.run(images["square"], "Q?", "transfer_8")
+
+
+def test_backend_errors_name_the_server_and_the_request(server, make_pipeline, images):
+    from routedvlm.inference import VLM
+    from routedvlm.router.errors import BackendError
+
+    closed = f"http://127.0.0.1:{_free_port()}/v1"
+    pipe = make_pipeline(VLM.from_openai(closed, "small", max_retries=1, timeout=5), VLM.from_openai(closed, "large"))
+    with pytest.raises(BackendError, match=rf"^The OpenAI-compatible server {closed} failed the small_direct \(small\) "
+                                           r"request \(x-request-id routedvlm-[0-9a-f]{12}\) after 2 attempt\(s\): ConnectError"):
+        pipe.run(images["square"], "Q?", "small_direct")
+    unknown = make_pipeline(VLM.from_openai(f"{server['url']}/v1", "medium", api_key=KEY), VLM.from_openai(closed, "large"))
+    with pytest.raises(BackendError, match=r"after 1 attempt\(s\): HTTP 404: The model 'medium' does not exist on this server"):
+        unknown.run(images["square"], "Q?", "small_direct")
+
+
+def test_client_retries_5xx_with_backoff_but_not_4xx():
+    import httpx
+
+    from routedvlm.inference.backends.openai_http import ChatClient
+    from routedvlm.router.errors import BackendError
+
+    calls = []
+
+    def handler(request):
+        calls.append(request.headers["x-request-id"])
+        if len(calls) == 1:
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        if len(calls) == 2:
+            return httpx.Response(200, json={"ok": True})
+        return httpx.Response(400, json={"error": {"message": "bad field"}})
+
+    client = ChatClient("http://127.0.0.1:1/v1", max_retries=3, backoff_s=0.001)
+    client._http = httpx.Client(transport=httpx.MockTransport(handler))
+    assert client.create({}) == {"ok": True} and len(calls) == 2 and calls[0] == calls[1]
+    with pytest.raises(BackendError, match=r"after 1 attempt\(s\): HTTP 400: bad field"):
+        client.create({})
+    assert len(calls) == 3
+
+
+def test_first_token_entropy_from_top_logprobs_worked_example():
+    """p = 0.5, 0.25 listed; the remaining 0.25 is one more outcome: H = -(.5 ln .5 + 2 * .25 ln .25) = 1.0397 nats."""
+    import math
+
+    from routedvlm.inference.backends.openai_backend import _entropy
+
+    assert _entropy([{"logprob": math.log(0.5)}, {"logprob": math.log(0.25)}]) == pytest.approx(1.0397, abs=1e-4)

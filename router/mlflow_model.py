@@ -37,12 +37,17 @@ class RouterPyfunc(PythonModel):
         )
 
 
-def default_pip_requirements() -> list[str]:
-    """Pinned versions of what loading a router needs (passing these skips MLflow's slow inference)."""
+PROBE_REQUIREMENTS = ("torch", "transformers", "peft", "safetensors", "pillow")
+
+
+def default_pip_requirements(router_type: str | None = None) -> list[str]:
+    """Pinned versions of what loading a router needs (passing these skips MLflow's slow inference); a
+    lora-probe router also needs torch, transformers, peft, safetensors and pillow."""
     from importlib.metadata import PackageNotFoundError, version
 
     reqs = []
-    for name in ("routedvlm", "lightgbm", "pandas", "numpy", "pyarrow"):
+    names = ("routedvlm", "lightgbm", "pandas", "numpy", "pyarrow")
+    for name in names + (PROBE_REQUIREMENTS if router_type == "lora-probe" else ()):
         try:
             reqs.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
@@ -64,10 +69,17 @@ def log_router_model(router_dir, name: str = "router", *, registered_model_name:
             name=name,
             python_model=str(Path(__file__).resolve()),
             artifacts={ROUTER_ARTIFACT: str(router_dir.resolve())},
-            pip_requirements=pip_requirements or default_pip_requirements(),
+            pip_requirements=pip_requirements or default_pip_requirements(_router_type(router_dir)),
             registered_model_name=registered_model_name,
             **kwargs,
         )
+
+
+def _router_type(router_dir: Path) -> str | None:
+    try:
+        return json.loads((router_dir / "policy.json").read_text()).get("router_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 mlflow.models.set_model(RouterPyfunc())

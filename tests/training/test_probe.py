@@ -194,6 +194,10 @@ def test_cli_trains_registers_and_loads_the_probe(probe_data, tmp_path, monkeypa
     local = load_router(tmp_path / "run" / "router")
     rows = probe_data_rows(probe_data, 6)
     assert [d.to_dict() for d in champion.decide_batch(rows)] == [d.to_dict() for d in local.decide_batch(rows)]
+    import mlflow
+
+    reqs = open(mlflow.pyfunc.get_model_dependencies("models:/probe-router/1")).read()
+    assert "peft==" in reqs and "torch==" in reqs and "lightgbm==" in reqs
 
 
 def probe_data_rows(probe_data, n):

@@ -34,7 +34,8 @@ def make_router(lgbm_router, request):
     return make
 
 
-@pytest.mark.parametrize("router_type", sorted(ROUTER_TYPES))
+@pytest.mark.parametrize("router_type", [pytest.param(t, marks=pytest.mark.slow) if t == "lora-probe" else t
+                                         for t in sorted(ROUTER_TYPES)])
 def test_router_contract(router_type, make_router, sample_table, tmp_path):
     router = make_router(router_type)
     assert router.policy.router_type == router_type

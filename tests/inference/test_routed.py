@@ -142,3 +142,43 @@ def test_from_pretrained_loads_paths_and_splits_config_kwargs(tiny_dir, images):
     assert vlm(image=images["square"], question=Q).strategy == "small_direct"
     with pytest.raises(ConfigError, match=r"^Pass either `config` or PipelineConfig fields \['min_new_tokens'\]"):
         RoutedVLM.from_pretrained(small, large, router="small_direct", config=vlm.pipeline.config, min_new_tokens=1)
+
+
+@pytest.mark.slow
+def test_runtime_features_equal_the_labellers_output(tiny_pair, tmp_path):
+    """Same samples, same models and settings: the features RoutedVLM decides on are the labels' feature columns."""
+    import io
+
+    import pandas as pd
+    from PIL import Image
+
+    from routedvlm.data.label_cli import main as label
+    from routedvlm.data.labels import read_labels
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.features import feature_names
+    from routedvlm.inference.routed import RoutedVLM
+
+    def png(color):
+        buf = io.BytesIO()
+        Image.new("RGB", (64, 48), color).save(buf, format="PNG")
+        return buf.getvalue()
+
+    rows = [{"sample_id": "a", "question": "What color is the bar?", "answer": ["red"], "image": png((200, 30, 30))},
+            {"sample_id": "b", "question": "Is the bar taller than 3? Answer yes or no.", "answer": ["no"],
+             "image": png((20, 90, 200))}]
+    pd.DataFrame(rows).to_parquet(tmp_path / "bars.parquet")
+    out = tmp_path / "labels.parquet"
+    small, large = (v.name for v in tiny_pair)
+    assert label(["--small", small, "--large", large, "--dataset", str(tmp_path / "bars.parquet"), "--out", str(out),
+                  "--strategies", "small_direct,large_direct,transfer_4", "--k-grid", "4", "--max-new-tokens", "6",
+                  "--min-new-tokens", "4", "--max-reason-tokens", "8", "--min-reason-tokens", "4", "--device", "cpu",
+                  "--no-progress"]) == 0
+    table = read_labels(out)[0].set_index("sample_id")
+    pipe = CollaborativePipeline(*tiny_pair, k_grid=(4,), max_direct_tokens=6, min_new_tokens=4, max_reason_tokens=8,
+                                 min_reason_tokens=4)
+    vlm = RoutedVLM(pipe, every_feature_router("transfer_4"))
+    names = feature_names()
+    for row in rows:
+        labelled = table.loc[row["sample_id"]]
+        out_ = vlm(image=Image.open(io.BytesIO(row["image"])), question=labelled["question"])
+        assert out_.decision["features"] == pytest.approx({n: float(labelled[n]) for n in names}, abs=1e-5)

@@ -6,6 +6,7 @@ import logging
 import pytest
 from routed_helpers import PROMPT_FEATURE, every_feature_router, expected_route, save_prompt_router
 
+from routedvlm.inference.routed import DEFAULT_ROUTER
 from routedvlm.router.errors import ConfigError, InputError
 
 Q = "How many boxes?"
@@ -182,3 +183,31 @@ def test_runtime_features_equal_the_labellers_output(tiny_pair, tmp_path):
         labelled = table.loc[row["sample_id"]]
         out_ = vlm(image=Image.open(io.BytesIO(row["image"])), question=labelled["question"])
         assert out_.decision["features"] == pytest.approx({n: float(labelled[n]) for n in names}, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_default_router_is_the_champion_in_the_default_tracking_store(routed, images, tmp_path, monkeypatch, caplog):
+    """No champion yet: the fallback answers with a warning; once a router is registered with alias champion in
+    ./mlruns, RoutedVLM's default `models:/vlm-router@champion` loads it."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from routedvlm.router import CHAMPION_ALIAS, DEFAULT_MODEL_NAME, log_router_model
+    from routedvlm.router.tracking import get_or_create_experiment, resolve_tracking_uri
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with caplog.at_level(logging.WARNING, logger="routedvlm.inference.routed"):
+        missing = routed("models:/vlm-router@champion")
+    assert missing.router is None and "models:/vlm-router@champion" in caplog.text
+    assert missing(image=images["square"], question=Q).fallback
+
+    uri = resolve_tracking_uri()
+    mlflow.set_experiment(experiment_id=get_or_create_experiment("routed-test", uri))
+    log_router_model(save_prompt_router(tmp_path / "router"), registered_model_name=DEFAULT_MODEL_NAME)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_alias(DEFAULT_MODEL_NAME, CHAMPION_ALIAS, client.get_latest_versions(DEFAULT_MODEL_NAME)[0].version)
+    vlm = routed(DEFAULT_ROUTER)
+    assert vlm.router is not None and vlm.router.policy.router_type == "lightgbm"
+    out = vlm(image=images["square"], question="Color?")
+    assert (out.strategy, out.fallback) == ("small_direct", False)

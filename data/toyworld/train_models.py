@@ -28,7 +28,8 @@ SIDE_IDS = {"small": 1, "large": 2}
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Recipe of one side. mix = (direct, think, transfer) shares of the batch."""
+    """Recipe of one side. mix = (direct, think, transfer) shares of the batch. An optional second phase
+    (steps2 > 0) restarts the learning rate at lr2 (warm-up, cosine) with its own mix."""
 
     steps: int
     batch: int
@@ -37,11 +38,19 @@ class TrainConfig:
     corrupt: float = 0.2
     warmup: int = 50
     aux_weight: float = 1.0
+    steps2: int = 0
+    lr2: float = 0.0
+    mix2: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps + self.steps2
 
 
 RECIPES = {
-    "small": TrainConfig(steps=1500, batch=64, lr=3e-3, mix=(0.35, 0.65, 0.0)),
-    "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3)),
+    "small": TrainConfig(steps=800, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
+    "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
+                         steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2)),
 }
 
 
@@ -84,7 +93,8 @@ def slot_targets(bars_list):
 def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int):
     samples = make_samples("train", cfg.batch, seed=seed * 1_000_003 + SIDE_IDS[side] * 100_000 + step)
     rng = np.random.default_rng([seed, SIDE_IDS[side], step])
-    modes = rng.choice(["direct", "think", "transfer"], size=len(samples), p=list(cfg.mix))
+    mix = cfg.mix if step < cfg.steps else cfg.mix2
+    modes = rng.choice(["direct", "think", "transfer"], size=len(samples), p=list(mix))
     items = [make_item(s, m, rng, cfg.corrupt) for s, m in zip(samples, modes)]
     batch = M.encode_batch(tok, items)
     import torch
@@ -94,10 +104,13 @@ def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int):
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
+    lr, steps = cfg.lr, cfg.steps
+    if step >= cfg.steps:
+        lr, steps, step = cfg.lr2, cfg.steps2, step - cfg.steps
     if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+        return lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, steps - cfg.warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def _loss(model, head, batch, captured, aux_weight):
@@ -119,7 +132,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     from transformers import Qwen2VLForConditionalGeneration
 
     torch.set_num_threads(threads)
-    cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps})
+    cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps, "steps2": 0})
     out = pathlib.Path(out_dir)
     state_path = out / ".state" / f"{side}.pt"
     tok = M.build_tokenizer()
@@ -138,7 +151,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
         log.info("%s: resuming at step %d", side, start)
     model.train()
     t0, hist = time.time(), {"direct": [], "think": [], "transfer": []}
-    for step in range(start, cfg.steps):
+    for step in range(start, cfg.total_steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         batch, modes = make_batch(tok, side, cfg, seed, step)
@@ -151,11 +164,11 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
             sel = per_ex[torch.from_numpy(modes == m)]
             if len(sel):
                 hist[m].append(sel.mean().item())
-        if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
+        if (step + 1) % 50 == 0 or step + 1 == cfg.total_steps:
             ans = " ".join(f"{m}={np.mean(v[-50:]):.3f}" for m, v in hist.items() if v)
-            log.info("%s step %d/%d lm=%.3f aux=%.3f answer-loss %s (%.0fs)", side, step + 1, cfg.steps, lm, aux,
+            log.info("%s step %d/%d lm=%.3f aux=%.3f answer-loss %s (%.0fs)", side, step + 1, cfg.total_steps, lm, aux,
                      ans, time.time() - t0)
-        if (step + 1) % 200 == 0 and step + 1 < cfg.steps:
+        if (step + 1) % 200 == 0 and step + 1 < cfg.total_steps:
             state_path.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "head": head.state_dict(), "opt": opt.state_dict(),
                         "step": step + 1}, state_path)

@@ -135,3 +135,20 @@ def test_shipped_checkpoint_answers_in_both_modes(shipped, side):
         assert re.match(r"red=\d+\. blue=\d+\. \d+\*\d+=\d+\.\n</think>\n\n\d+<\|im_end\|>", t), t
     answers = [split_output(t, True)[1] for t in think]
     assert sum(a == s.answer for a, s in zip(answers, samples)) >= 4
+
+
+def test_shipped_pair_answers_through_the_collaborative_pipeline():
+    from routedvlm.inference import VLM, CollaborativePipeline
+
+    small, large = VLM.from_pretrained(CKPT / "small"), VLM.from_pretrained(CKPT / "large")
+    assert small.style == large.style == "hybrid"
+    pipe = CollaborativePipeline(small, large, selector="prefix", k_grid=(4, 8, 16, 32), max_direct_tokens=8,
+                                 max_reason_tokens=48)
+    s = next(x for x in make_samples("eval", 20, seed=0) if x.difficulty == 2)
+    res = pipe.run_many(s.image, s.question, ["small_direct", "small_reason", "large_direct", "large_reason",
+                                               "transfer_8", "transfer_all"])
+    assert res["small_reason"].reasoning.startswith("red=") and res["small_reason"].answer == s.answer
+    assert re.fullmatch(r"\d+", res["large_direct"].answer)
+    assert res["transfer_8"].kept_text == res["small_reason"].reasoning[:8]
+    assert res["transfer_all"].kept_text.strip() == res["small_reason"].reasoning.strip()
+    assert res["transfer_all"].answer == s.answer

@@ -29,7 +29,7 @@ import math
 import re
 import time
 
-from routedvlm.router.errors import BackendError, ConfigError, ModeUnavailableError, one_of
+from routedvlm.router.errors import ConfigError, ModeUnavailableError, one_of
 
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig

@@ -333,3 +333,22 @@ def test_first_token_entropy_from_top_logprobs_worked_example():
     from routedvlm.inference.backends.openai_backend import _entropy
 
     assert _entropy([{"logprob": math.log(0.5)}, {"logprob": math.log(0.25)}]) == pytest.approx(1.0397, abs=1e-4)
+
+
+def test_thinking_only_remote_model_answers_directly_through_continue_final_message(server, make_pipeline, local, images):
+    """thinking="always": a direct answer prefills an empty think block (continue_final_message), which on this
+    hybrid-template server renders exactly the local direct prompt, so the answers match."""
+    from routedvlm.inference import VLM
+
+    url = f"{server['url']}/v1"
+    pipe = make_pipeline(VLM.from_openai(url, "small", api_key=KEY, thinking="always"), VLM.from_openai(url, "large", api_key=KEY))
+    assert pipe.run(images["square"], "How many boxes?", "small_direct").answer == \
+        local.pipeline.run(images["square"], "How many boxes?", "small_direct").answer
+
+
+def test_reasoning_cut_at_its_limit_is_finished_over_http(remote_pipe, images):
+    res = remote_pipe.run(images["wide"], "How many boxes?", "small_reason")
+    stages = [r["stage"] for r in res.trace]
+    assert res.reasoning_generation.output_tokens == remote_pipe.config.max_reason_tokens  # the tiny model never closes
+    assert stages == ["small_reason", "small_reason_answer"] and res.generation is not res.reasoning_generation
+    assert isinstance(res.answer, str) and res.reasoning

@@ -163,6 +163,7 @@ def test_body_that_is_not_json_is_a_400(server):
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
 
 
+@pytest.mark.slow
 def test_twenty_concurrent_requests_each_get_their_own_route(server, local, images):
     """19 valid requests + 1 malformed one, 8 client threads: all answered; routes and answers match the policy
     run locally request by request; the malformed one gets a 400 and disturbs nothing."""

@@ -93,12 +93,13 @@ def encode_images(model, inputs: dict):
 
 
 def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: int = 0, cache=None,
-                   eos_token_id=None) -> Generation:
+                   eos_token_id=None, features=None) -> Generation:
     """Greedy generation of up to `max_new_tokens` tokens from `inputs` (a processor output as a dict).
 
     `cache`: a cache already holding a prefix of `inputs["input_ids"]` (it is mutated: pass a copy to
     branch); only the uncached tail is prefilled. Without one, a fresh DynamicCache is used and returned
-    in `Generation.cache`.
+    in `Generation.cache`. `features`: `(mm_encoder_outputs, vision_ms)` of this image from `encode_images`,
+    used instead of running the vision encoder again (vision_ms 0 when they are reused).
     """
     import torch
     from transformers import DynamicCache, LogitsProcessorList
@@ -107,7 +108,9 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     if cache is None:
         cache = DynamicCache(config=model.config.get_text_config())
     vision_ms, mm = 0.0, None
-    if cached == 0:
+    if cached == 0 and features is not None and features[0] is not None:
+        inputs, (mm, vision_ms) = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}, features
+    elif cached == 0:
         inputs, mm, vision_ms = encode_images(model, inputs)
     else:
         inputs = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}

@@ -2,7 +2,7 @@
 
 `run` executes one strategy; `escalate` continues a `large_direct` result from the large model's cached
 image+question prefix with kept reasoning tokens appended (two-stage decoding); `run_many` runs several
-strategies for one sample sharing work (one small reasoning run, one large prefix prefill).
+strategies for one sample sharing work through per-model prompt caches (shared_run.py, prompt_cache.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from routedvlm.router.errors import ConfigError, InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
 
 from .inputs import check_keep_tokens, make_request
-from .pipeline_parts import PipelineConfig, Result, parallel
+from .pipeline_parts import PipelineConfig, Result
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
 from .stages import LargePrompt, answer_prompt, finish_answer, large_prompt, run_direct, run_reasoning
 
@@ -141,66 +141,27 @@ class CollaborativePipeline:
 
     # ----- shared work -------------------------------------------------------------------------------------
     def run_many(self, image=None, question=None, strategies=None, *, messages=None) -> dict:
-        """Run several strategies on one sample, sharing work; returns {strategy id: Result}.
+        """Run several strategies on one sample, sharing work; returns {strategy id: Result} (see shared_run.py).
 
         Shared: the small model reasons ONCE, as far as the largest K needs (in full for `transfer_all`,
-        `small_reason`, or the suffix/attention selectors); the large model's image+question prefix is
-        prefilled ONCE (stage `large_prefix`) and `large_direct` and every `transfer_<K>` continue from a copy.
-        Every Result's trace lists the stages its answer used; shared records carry `"shared": True`.
-        Standalone latency of a strategy = sum over its trace of vision_ms + prefill_ms + decode_ms, where the
-        small reasoning record of a `transfer_<K>` result under the prefix selector is already truncated to K
-        tokens (`decode_ms` = reasoning_generation.token_times_ms[K-1], `decode_tokens` = K, `"composed": True`).
-        Transfer stages here reuse the prefix (`cached_tokens` > 0), so a `large_transfer` record of run_many
-        is exactly the two-stage `escalate_<K>` increment; the one-stage cold cost of `run(transfer_<K>)` is
-        approximately that stage's cost plus the `large_prefix` record's.
+        `small_reason`, or the suffix/attention selectors), and `small_direct` reuses its image+question prefill;
+        the large model's image+question prefix is prefilled ONCE (stage `large_prefix`); `large_direct`, every
+        `transfer_<K>` (in increasing K, each branching off the previous K's prompt where the token ids agree) and
+        `large_reason` (same checkpoint) continue through a per-sample prompt cache (`prompt_cache.py`); the image
+        is encoded once per model. Answers equal independent `run` calls.
+        Every Result's trace lists the records of every call its answer was built from; records reused from another
+        strategy's calls carry `"shared": True` and the same `"call"` id: the prefix spans (`<side>_prefix`,
+        `<side>_branch`: prefill only) and the reasoning. So the standalone latency of a strategy = sum over its
+        trace of vision_ms + prefill_ms + decode_ms (its prompt prefilled in several calls instead of one), where
+        the small reasoning record of a `transfer_<K>` under the prefix selector is truncated to K tokens
+        (`decode_ms` = reasoning_generation.token_times_ms[K-1], `decode_tokens` = K, `"composed": True`), and
+        the two-stage `escalate_<K>` increment = that sum without the `large_prefix` record.
         """
+        from .shared_run import SharedRun
+
         ids = list(strategies) if strategies is not None else default_strategies(self.k_grid)
         strats = [parse_strategy(s) for s in ids]
-        req, cfg = make_request(image, question, messages), self.config
-        kinds = {s.id for s in strats}
-        transfers = [s.keep_tokens for s in strats if s.is_transfer]
-        need_large = LARGE_DIRECT in kinds or bool(transfers)
-        budget = cfg.max_reason_tokens if "small_reason" in kinds else (self._reason_budget(transfers) if transfers else 0)
-        jobs = {}
-        if budget:
-            jobs["rr"] = lambda: run_reasoning(self.small, "small", req, cfg, budget)
-        if need_large:
-            jobs["lp"] = lambda: large_prompt(self.large, req, cfg)
-        done = parallel(jobs, self.concurrent)
-        rr, lp = done.get("rr"), done.get("lp")
-        out = {}
-        for s in strats:
-            if s.id == "small_direct":
-                out[s.id] = self._run_req(req, s)
-            elif s.id == LARGE_DIRECT:
-                out[s.id] = self._large_direct(req, lp)
-                out[s.id].trace[0]["shared"] = True
-            elif s.id == "small_reason":
-                done_rr = finish_answer(rr, cfg)
-                out[s.id] = Result(done_rr.answer, s.id, None, rr.reasoning_text, _shared(done_rr.records),
-                                   done_rr.answer_gen or rr.gen, reasoning_generation=rr.gen)
-                out[s.id]._reasoning_run = rr
-            elif s.id == "large_reason":
-                out[s.id] = self._run_req(req, s)
-            else:
-                small_recs = _small_records_for(rr, s.keep_tokens, self.selector_name)
-                res = self._transfer(req, s.keep_tokens, rr, lp, stage="large_transfer", base_trace=[],
-                                     small_records=small_recs)
-                res.trace = [{**r, "shared": True} if r["stage"] == "large_prefix" else r for r in res.trace]
-                out[s.id] = res
-        return out
-
-
-def _shared(records):
-    return [{**r, "shared": True} for r in records]
-
-
-def _small_records_for(rr, k, selector):
-    """The small reasoning record as the standalone `transfer_<k>` would have paid it."""
-    rec = dict(rr.records[0], shared=True)
-    if k is not None and selector == "prefix" and rr.gen.output_tokens > k:
-        rec.update(decode_ms=round(rr.gen.token_times_ms[k - 1], 3), decode_tokens=k, composed=True)
-    return [rec]
+        return SharedRun(self, make_request(image, question, messages)).run(strats)
 
 
 class _NoRestore:

@@ -26,10 +26,39 @@ def run_direct(vlm, side: str, request, cfg) -> tuple[Generation, str, dict]:
     """A short answer in direct mode (thinking off): (generation, answer, trace record)."""
     if getattr(vlm, "remote", False):  # a model behind an HTTP API runs its own stages (backends/)
         return vlm.run_direct(side, request, cfg)
-    text = vlm.render(request.messages(), "direct")
-    gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
-                         min_new_tokens=cfg.min_new_tokens)
-    return gen, vlm.clean_answer(gen.token_ids), record(f"{side}_direct", side, vlm, vlm.mode_name("direct"), gen)
+    gen, answer, records = direct_answer(vlm, side, request, cfg)
+    return gen, answer, records[0]
+
+
+def direct_inputs(vlm, request) -> dict:
+    """Model inputs of the direct-mode prompt of a request."""
+    return vlm.encode(request.image, vlm.render(request.messages(), "direct"))
+
+
+def reason_text(vlm, request) -> str:
+    """The reasoning-mode prompt text of a request (`vlm` serves the reasoning mode)."""
+    return vlm.render(request.messages(vlm.question_for(request.question, "reason")), "reason")
+
+
+def reason_inputs(vlm, request) -> dict:
+    """Model inputs of the reasoning-mode prompt of a request."""
+    return vlm.encode(request.image, reason_text(vlm, request))
+
+
+def _generate(vlm, side, inputs, stage, mode, cache, upcoming, **kwargs) -> tuple[Generation, list]:
+    """(generation, trace records): one cold call, or through a `PromptCache` (reused spans + new ones + this call)."""
+    if cache is not None:
+        return cache.generate(inputs, stage, mode, upcoming=upcoming, **kwargs)
+    gen = timed_generate(vlm.model, inputs, **kwargs)
+    return gen, [record(stage, side, vlm, mode, gen)]
+
+
+def direct_answer(vlm, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
+    """`run_direct` of a local model, optionally through a PromptCache: (generation, answer, trace records)."""
+    inputs = direct_inputs(vlm, request) if inputs is None else inputs
+    gen, records = _generate(vlm, side, inputs, f"{side}_direct", vlm.mode_name("direct"), cache, upcoming,
+                             max_new_tokens=cfg.max_direct_tokens, min_new_tokens=cfg.min_new_tokens)
+    return gen, vlm.clean_answer(gen.token_ids), records
 
 
 @dataclass
@@ -49,18 +78,20 @@ class ReasoningRun:
     rope: object = field(default=None, repr=False)  # the Qwen-VL rope offset of that prompt
 
 
-def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int) -> ReasoningRun:
-    """Reason for at most `max_tokens` tokens (`side_vlm.reasoning_side()` serves the mode)."""
+def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),
+                  inputs=None) -> ReasoningRun:
+    """Reason for at most `max_tokens` tokens (`side_vlm.reasoning_side()` serves the mode). cache: a PromptCache
+    of that model (then `records` also lists the prefix spans reused or split off for `upcoming` prompts)."""
     if getattr(side_vlm, "remote", False):
         return side_vlm.run_reasoning(side, request, cfg, max_tokens)
     vlm = side_vlm.reasoning_side()
-    question = vlm.question_for(request.question, "reason")
-    inputs = vlm.encode(request.image, vlm.render(request.messages(question), "reason"))
-    gen = timed_generate(vlm.model, inputs, max_new_tokens=max_tokens,
-                         min_new_tokens=min(cfg.min_reason_tokens, max_tokens))
+    inputs = reason_inputs(vlm, request) if inputs is None else inputs
+    gen, records = _generate(vlm, side, inputs, f"{side}_reason", vlm.mode_name("reason"), cache, upcoming,
+                             max_new_tokens=max_tokens, min_new_tokens=min(cfg.min_reason_tokens, max_tokens))
     rids, rtext, answer = vlm.split_reasoning(gen.token_ids)
-    rec = record(f"{side}_reason", side, vlm, vlm.mode_name("reason"), gen, reasoning_tokens=len(rids))
-    return ReasoningRun(vlm, side, gen, inputs["input_ids"], rids, rtext, answer, [rec], inputs=inputs, rope=_rope(vlm.model))
+    records[-1]["reasoning_tokens"] = len(rids)
+    return ReasoningRun(vlm, side, gen, inputs["input_ids"], rids, rtext, answer, records, inputs=inputs,
+                        rope=_rope(vlm.model))
 
 
 def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:

@@ -104,12 +104,15 @@ def test_run_many_matches_run_and_shares_work(pipe, images):
     for sid in ["large_direct", "transfer_8", "transfer_16", "small_reason"]:
         assert many[sid].answer == pipe.run(images["square"], Q, sid).answer, sid
     t8 = many["transfer_8"].trace
-    assert [r["stage"] for r in t8] == ["small_reason", "large_prefix", "large_transfer"]
-    assert t8[0]["shared"] and t8[1]["shared"] and t8[2]["cached_tokens"] == t8[1]["prefill_tokens"]
+    assert [r["stage"] for r in t8] == ["small_prefix", "small_reason", "large_prefix", "large_branch", "large_transfer"]
+    assert all(r["shared"] for r in t8[:-1]) and not t8[-1].get("shared")
+    assert t8[-1]["cached_tokens"] == t8[2]["prefill_tokens"] + t8[3]["prefill_tokens"]  # branch: header + kept tokens
+    t16 = many["transfer_16"].trace
+    assert t16[3]["call"] == t8[3]["call"] and t16[4]["stage"] == "large_branch"  # K=16 continues K=8's branch
     full = many["transfer_all"].reasoning_generation
     if full.output_tokens > 8:
-        assert t8[0]["composed"] and t8[0]["decode_tokens"] == 8
-        assert t8[0]["decode_ms"] == round(full.token_times_ms[7], 3)
+        assert t8[1]["composed"] and t8[1]["decode_tokens"] == 8
+        assert t8[1]["decode_ms"] == round(full.token_times_ms[7], 3)
     assert many["transfer_all"].reasoning_generation is many["transfer_8"].reasoning_generation
     escalated = pipe.escalate(many["large_direct"], 8)
     assert escalated.answer == many["transfer_8"].answer

@@ -71,7 +71,9 @@ class RoutedVLM:
                         config: PipelineConfig | None = None, **kwargs) -> "RoutedVLM":
         """Load both sides and the router.
 
-        small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`) or `VLM` objects.
+        small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`), `VLM` objects, or
+        '<base_url>#<model id>' for a model behind an OpenAI-compatible server (`VLM.from_openai`; API key from
+        $ROUTEDVLM_BACKEND_API_KEY).
         router: a router folder, `models:/name@alias` (default `models:/vlm-router@champion` in the
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
@@ -85,7 +87,7 @@ class RoutedVLM:
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
         if config is not None and cfg_kw:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
-        sides = [VLM.from_pretrained(s, **kwargs) if isinstance(s, (str, os.PathLike)) else s for s in (small, large)]
+        sides = [_load_side(s, kwargs) for s in (small, large)]
         pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
         return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri)
 
@@ -110,6 +112,22 @@ class RoutedVLM:
     def __repr__(self) -> str:
         return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
                 f"router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})")
+
+
+def _load_side(side, kwargs: dict):
+    """A VLM from a path / hub id, an 'http(s)://host:port/v1#model' address, or a VLM object as is."""
+    from .vlm import VLM
+
+    if not isinstance(side, (str, os.PathLike)):
+        return side
+    text = str(side)
+    if text.startswith(("http://", "https://")):
+        url, _, model = text.partition("#")
+        if not model:
+            raise ConfigError(f"A remote model must be given as '<base_url>#<model id>', e.g. "
+                              f"'http://127.0.0.1:8000/v1#Qwen/Qwen3-VL-8B-Instruct'. Got {text!r}.")
+        return VLM.from_openai(url, model, os.environ.get("ROUTEDVLM_BACKEND_API_KEY"))
+    return VLM.from_pretrained(text, **kwargs)
 
 
 def _is_batch(messages) -> bool:

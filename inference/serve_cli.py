@@ -28,8 +28,9 @@ EPILOG = """example:
 class ServeConfig:
     """Settings of `routedvlm serve` (one field per flag)."""
 
-    small: str = field(metadata={"help": "small model: checkpoint folder or hub id"})
-    large: str = field(metadata={"help": "large model: checkpoint folder or hub id"})
+    small: str = field(metadata={"help": "small model: checkpoint folder, hub id, or <base_url>#<model> of an "
+                                         "OpenAI-compatible server (key from $ROUTEDVLM_BACKEND_API_KEY)"})
+    large: str = field(metadata={"help": "large model: checkpoint folder, hub id, or <base_url>#<model>"})
     router: str = field(default="models:/vlm-router@champion",
                         metadata={"help": "router folder, models:/name@alias, 'mutual-verification' or a strategy id"})
     fallback: str = field(default="mutual-verification", metadata={"help": "policy used when the router fails"})

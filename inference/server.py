@@ -125,6 +125,9 @@ def _plain_completion(routed, req: ChatRequest, min_new_tokens: int):
     from .stages import record
 
     vlm = getattr(routed.pipeline, req.model)
+    if getattr(vlm, "remote", False):
+        raise APIError(400, f"The {req.model!r} model of this server is itself served by {vlm.client.base_url}; "
+                            "query that server directly.", param="model", code="model_is_remote")
     messages, partial = req.messages, None
     if req.continue_final_message:
         last = messages[-1]

@@ -353,3 +353,25 @@ def test_reasoning_cut_at_its_limit_is_finished_over_http(remote_pipe, images):
     assert res.reasoning_generation.output_tokens == remote_pipe.config.max_reason_tokens  # the tiny model never closes
     assert stages == ["small_reason", "small_reason_answer"] and res.generation is not res.reasoning_generation
     assert isinstance(res.answer, str) and res.reasoning
+
+
+def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch):
+    """RoutedVLM.from_pretrained takes '<base_url>#<model>' sides: an app whose models are the served ones."""
+    from fastapi.testclient import TestClient
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.inference.server import create_app
+    from routedvlm.router.errors import ConfigError
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    url = f"{server['url']}/v1"
+    routed = RoutedVLM.from_pretrained(f"{url}#small", f"{url}#large", "large_direct", min_new_tokens=4, max_direct_tokens=6)
+    assert routed.pipeline.large.remote and routed.pipeline.large.name == f"{url}#large"
+    with TestClient(create_app(routed)) as http:
+        ok = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["square"], "Color?")})
+        plain = http.post("/v1/chat/completions", json={"model": "small", "messages": user(images["square"], "Color?")})
+    assert ok.status_code == 200 and ok.headers["x-routedvlm-strategy"] == "large_direct"
+    assert all(r["remote"] for r in ok.json()["routedvlm"]["trace"] if r["model"])
+    assert plain.status_code == 400 and plain.json()["error"]["code"] == "model_is_remote"
+    with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
+        RoutedVLM.from_pretrained(url, f"{url}#large", "large_direct")

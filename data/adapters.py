@@ -114,6 +114,12 @@ _ADAPTER_LIST = [
             {"question": "question", "answer": "answer", "image": "image"},
             (("question",), ("answer",), ("image",)), convert_open,
             hub_names=("RealWorldQA",), hub_ids=("xai-org/RealworldQA",), instruction=""),
+    # the embedded toy world (data/toyworld/task.py `write_dataset`): the question alone, exactly as the toy
+    # models were trained on it (no post prompt); detected by its `difficulty` and `reasoning` columns
+    Adapter("toyworld", "exact_match", "numeric",
+            {"id": "sample_id", "question": "question", "answer": "answer", "image": "image", "extra": ("difficulty",)},
+            (("sample_id",), ("question",), ("answer",), ("image",), ("difficulty",), ("reasoning",)), convert_open,
+            default_split="train", instruction=""),
 ]
 ADAPTERS: dict[str, Adapter] = {a.name: a for a in _ADAPTER_LIST}
 

@@ -5,8 +5,9 @@ lets their image processors take `--image-px` images (512 px -> 256 image tokens
 at a real VLM's resolution; the builders' default is 64 px -> 4 tokens), and labels the same samples both ways with
 every strategy of the default K grid (16..256 + transfer_all; reasoning forced to `--reason-tokens` tokens with
 `min_reason_tokens` so it really reaches K = 256). Per sample the two ways run back to back (order alternating) and
-must give the same answers. Reported: prompt tokens prefilled (image tokens included, cached ones not; the kept
-reasoning tokens a transfer appends are prefilled either way) and wall time, with their ratios.
+must give the same answers. Reported: prompt tokens prefilled (image tokens included, cached ones not; `run_many`
+prefills each kept reasoning token once, as transfers branch at each K), by stage for `run_many`, and wall time,
+with their ratios.
 
     .venv/bin/python benchmarks/bench_labelling.py --samples 3 --threads 1
 """
@@ -39,33 +40,19 @@ def _allow_image_px(model_dir: pathlib.Path, px: int) -> None:
 
 
 def shared_prefill_by_stage(results: dict) -> dict:
-    """{stage: prompt tokens `run_many` prefilled}; records marked `shared` appear in several traces but ran once."""
-    seen, out = set(), {}
+    """{stage: prompt tokens `run_many` prefilled}. A record reused in several traces carries `shared` and the
+    `call` id of the model call it measured (a truncated copy keeps it): each call is counted once."""
+    calls, out = {}, {}
     for res in results.values():
         for r in res.trace:
-            key = (r["stage"], r["model"])
-            if r.get("shared"):
-                if key in seen:
-                    continue
-                seen.add(key)
-            out[r["stage"]] = out.get(r["stage"], 0) + int(r["prefill_tokens"])
+            key = r.get("call") if r.get("shared") else None
+            if key is None:
+                out[r["stage"]] = out.get(r["stage"], 0) + int(r["prefill_tokens"])
+            else:
+                calls[key] = (r["stage"], max(int(r["prefill_tokens"]), calls.get(key, ("", 0))[1]))
+    for stage, tokens in calls.values():
+        out[stage] = out.get(stage, 0) + tokens
     return out
-
-
-def branching_saving(results: dict, strategies) -> int:
-    """An estimate, not a measurement: prompt tokens the large transfers would not prefill if each continued from the
-    previous K's cached prompt (under the prefix selector kept tokens are nested: K=16's are the first of K=32's).
-    `run_many` does not branch at each K yet; this sizes what it would save."""
-    from routedvlm.inference.generation import common_prefix_len
-
-    lp = results["large_direct"]._large
-    prev, saved = None, 0
-    for s in (s for s in strategies if s.startswith("transfer_")):  # canonical order: K ascending, then all
-        ids = lp.inputs_for(lp.transfer_text(results[s].kept_text))["input_ids"]
-        if prev is not None:
-            saved += max(common_prefix_len(prev, ids) - lp.prefix.length, 0)
-        prev = ids
-    return saved
 
 
 def _one_sample(pipe, image, question, strategies, shared_first: bool) -> dict:
@@ -84,7 +71,6 @@ def _one_sample(pipe, image, question, strategies, shared_first: bool) -> dict:
     (sh, sh_s), (al, al_s) = (a, b) if shared_first else (b, a)
     return {
         "shared_s": sh_s, "alone_s": al_s, "shared_by_stage": shared_prefill_by_stage(sh),
-        "branching_saving": branching_saving(sh, strategies),
         "alone_prefill": sum(int(r["prefill_tokens"]) for res in al.values() for r in res.trace),
         "same_answers": all(sh[s].answer == al[s].answer for s in strategies),
     }
@@ -132,9 +118,6 @@ def main(argv=None) -> dict:
     stages = rows[0]["shared_by_stage"]
     out["shared_prefill_by_stage"] = {k: sum(r["shared_by_stage"].get(k, 0) for r in rows) for k in stages}
     out["prefill_ratio"] = round(out["prefill_tokens_alone"] / out["prefill_tokens_shared"], 2)
-    saving = sum(r["branching_saving"] for r in rows)
-    out["estimate_prefill_ratio_if_branching_at_each_k"] = round(
-        out["prefill_tokens_alone"] / (out["prefill_tokens_shared"] - saving), 2)
     out["wall_ratio"] = round(out["wall_s_alone"] / out["wall_s_shared"], 2)
     for key, value in out.items():
         print(f"{key:24s} {value}")

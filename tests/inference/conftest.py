@@ -55,7 +55,7 @@ def make_pipeline():
     return make
 
 
-_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench")
+_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench", "test_shared_run")
 
 
 @pytest.fixture(autouse=True, scope="module")

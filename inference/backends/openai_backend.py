@@ -119,7 +119,10 @@ class OpenAIVLM(VLM):
         gen, resp = vlm.chat(request, question, thinking=True, max_tokens=max_tokens,
                              min_tokens=min(cfg.min_reason_tokens, max_tokens), stage=f"{side}_reason")
         reasoning, answer = vlm._split(_message(resp))
-        tokens = _reasoning_tokens(gen.token_ids, reasoning)
+        choice = resp["choices"][0]
+        tokens = _reasoning_tokens(gen.token_ids, reasoning, thinking=vlm.style != "never",
+                                   stopped=choice.get("finish_reason") == "stop",
+                                   has_logprobs=bool((choice.get("logprobs") or {}).get("content")))
         rec = record(f"{side}_reason", side, vlm, vlm.mode_name("reason"), gen, reasoning_tokens=len(tokens), remote=True)
         run = ReasoningRun(vlm, side, gen, None, tokens, reasoning, answer, [rec])
         run._request = request
@@ -247,22 +250,26 @@ def _generation(resp: dict, wall_ms: float) -> Generation:
     return Generation(tokens, logprobs, entropy, times, vision, prefill, decode, max(prompt - cached, 0), cached)
 
 
-def _reasoning_tokens(tokens: list, reasoning: str) -> list:
-    """The leading tokens whose text covers `reasoning` (think tags skipped); whitespace pieces without logprobs."""
-    target = (reasoning or "").strip()
-    if not target:
-        return []
-    out, text = [], ""
-    for tok in tokens:
-        if tok in (THINK_OPEN, THINK_CLOSE):
-            if out:
-                break
-            continue
-        out.append(tok)
-        text += tok
+def _reasoning_tokens(tokens: list, reasoning: str, *, thinking: bool, stopped: bool, has_logprobs: bool) -> list:
+    """The reasoning's tokens, as the local `VLM.split_reasoning` takes them. A thinking mode: the tokens before
+    `</think>` (a leading `<think>` skipped), or all of them when it never closed (the final stop token dropped
+    when the run stopped). No thinking mode: the leading tokens whose text covers the reasoning. Without
+    logprobs: whitespace pieces of the reasoning text."""
+    if not has_logprobs:
+        return _PIECES.findall(reasoning or "")
+    toks = list(tokens)
+    if thinking:
+        toks = toks[1:] if toks[:1] == [THINK_OPEN] else toks
+        if THINK_CLOSE in toks:
+            return toks[: toks.index(THINK_CLOSE)]
+        return toks[:-1] if stopped else toks
+    target, out, text = (reasoning or "").strip(), [], ""
+    for tok in toks:
         if len(text.strip()) >= len(target):
             break
-    return out or _PIECES.findall(reasoning)
+        out.append(tok)
+        text += tok
+    return out
 
 
 __all__ = ["OpenAIVLM", "RemotePrompt", "clean_text", "image_data_url"]

@@ -375,3 +375,21 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
     assert plain.status_code == 400 and plain.json()["error"]["code"] == "model_is_remote"
     with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
         RoutedVLM.from_pretrained(url, f"{url}#large", "large_direct")
+
+
+def test_run_many_over_http_gives_the_answers_of_single_runs(remote_pipe, images):
+    """The labeller's shared run works with remote models too (the server caches prefixes; prompts go one by one)."""
+    ids = ["small_direct", "large_direct", "transfer_8", "transfer_all"]
+    many = remote_pipe.run_many(images["tall"], "How many boxes?", ids)
+    assert {s: r.answer for s, r in many.items()} == {s: remote_pipe.run(images["tall"], "How many boxes?", s).answer for s in ids}
+
+
+def test_reasoning_tokens_from_logprob_tokens_worked_example():
+    from routedvlm.inference.backends.openai_backend import _reasoning_tokens
+
+    toks = ["<think>", "a", "b", "</think>", "c", "<|im_end|>"]
+    assert _reasoning_tokens(toks, "ab", thinking=True, stopped=True, has_logprobs=True) == ["a", "b"]
+    assert _reasoning_tokens(["a", "b", "<|im_end|>"], "ab", thinking=True, stopped=True, has_logprobs=True) == ["a", "b"]
+    assert _reasoning_tokens(["a", "b", "c"], "abc", thinking=True, stopped=False, has_logprobs=True) == ["a", "b", "c"]
+    assert _reasoning_tokens(["x", "y", "Answer:", " 3"], "xy", thinking=False, stopped=True, has_logprobs=True) == ["x", "y"]
+    assert _reasoning_tokens([], "two words", thinking=True, stopped=True, has_logprobs=False) == ["two", " words"]

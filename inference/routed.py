@@ -6,6 +6,7 @@ policy (default mutual verification) answers, a warning is logged and the trace'
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -45,7 +46,8 @@ class RoutedVLM:
 
     `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`;
     lists of inputs return a list (processed one after another: both models are shared, so requests are
-    serialised by a lock; a server may call one RoutedVLM from many threads).
+    serialised by a lock; a server may call one RoutedVLM from many threads; when both sides are remote
+    (`VLM.from_openai`) there is no lock and requests run concurrently).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`.
     """
 
@@ -63,7 +65,8 @@ class RoutedVLM:
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
-        self.lock = threading.RLock()
+        remote = all(getattr(side, "remote", False) for side in (pipeline.small, pipeline.large))
+        self.lock = contextlib.nullcontext() if remote else threading.RLock()  # HTTP sides keep no model state
 
     @classmethod
     def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,

@@ -393,3 +393,10 @@ def test_reasoning_tokens_from_logprob_tokens_worked_example():
     assert _reasoning_tokens(["a", "b", "c"], "abc", thinking=True, stopped=False, has_logprobs=True) == ["a", "b", "c"]
     assert _reasoning_tokens(["x", "y", "Answer:", " 3"], "xy", thinking=False, stopped=True, has_logprobs=True) == ["x", "y"]
     assert _reasoning_tokens([], "two words", thinking=True, stopped=True, has_logprobs=False) == ["two", " words"]
+
+
+def test_remote_only_routed_vlm_needs_no_lock(remote_pipe, local):
+    from routedvlm.inference import RoutedVLM
+
+    assert not hasattr(RoutedVLM(remote_pipe, "large_direct").lock, "acquire")
+    assert hasattr(local.lock, "acquire")

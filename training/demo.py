@@ -1,8 +1,10 @@
-"""`routedvlm demo` (interim): every strategy, an escalation and mutual verification on a tiny random VLM pair.
+"""`routedvlm demo`: the whole product on the embedded toy world (`toy_demo.py`), or `--random`: the mechanics.
 
-Builds a small and a large Qwen3-VL-architecture model with random weights (answers are noise; the point is
-the mechanics and the per-stage trace), runs them on two generated images and prints a table per sample.
-The toy world replaces this with trained models.
+Default: label the toy `label` split -> train-router -> register in MLflow as `champion` -> RoutedVLM loaded from
+`models:/vlm-router@champion` on the toy `eval` split, beside every single strategy, the oracle and mutual
+verification on the same samples; one table printed, written to --out as table.json / table.md with plot.png.
+`--random`: every strategy, an escalation and mutual verification on a tiny random-weight Qwen3-VL pair, with the
+per-stage trace (answers are noise; the point is the mechanics).
 """
 from __future__ import annotations
 
@@ -12,17 +14,38 @@ import sys
 import tempfile
 import time
 
-EPILOG = "example: routedvlm demo --workdir /tmp/routedvlm-demo --arch qwen3_vl"
+EPILOG = """examples:
+  routedvlm demo                        # toy world, ~300 label + 150 eval samples, into runs/demo
+  routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
+  routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl
+"""
 COLUMNS = ("stage", "model", "mode", "vision_ms", "prefill_ms", "prefill_tok", "cached_tok", "decode_ms", "decode_tok")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="routedvlm demo", description="Run every strategy on a tiny random VLM pair.",
-                                epilog=EPILOG)
-    p.add_argument("--workdir", type=pathlib.Path, default=None, help="where to build the tiny models (default: a temp dir)")
-    p.add_argument("--arch", default="qwen3_vl", help="tiny model family: qwen3_vl, qwen2_vl, smolvlm, llava_onevision")
-    p.add_argument("--selector", default="prefix", help="prefix, suffix or attention")
-    p.add_argument("--keep-tokens", type=int, default=16, help="K for the escalation and mutual verification")
+    from dataclasses import MISSING, fields
+
+    from .toy_demo import DemoConfig
+
+    p = argparse.ArgumentParser(prog="routedvlm demo", description="Run the whole product on the embedded toy world "
+                                "(label, train-router, register, RoutedVLM) and print the side-by-side table.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(DemoConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name in ("progress", "live_mutual_verification"):
+            p.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", help="do not: " + f.metadata["help"])
+        elif f.type == "bool":
+            p.add_argument(flag, action="store_true", help=f.metadata["help"])
+        else:
+            conv = int if f.type.startswith("int") else float if f.type == "float" else str
+            shown = f" (default {f.default})" if f.default not in (None, MISSING) else ""
+            p.add_argument(flag, type=conv, default=f.default, help=f.metadata["help"] + shown)
+    r = p.add_argument_group("--random: tiny random-weight models (mechanics only)")
+    r.add_argument("--random", action="store_true", help="run every strategy on a tiny random VLM pair instead")
+    r.add_argument("--workdir", type=pathlib.Path, default=None, help="where to build the tiny models (default: a temp dir)")
+    r.add_argument("--arch", default="qwen3_vl", help="tiny model family: qwen3_vl, qwen2_vl, smolvlm, llava_onevision")
+    r.add_argument("--selector", default="prefix", help="prefix, suffix or attention")
+    r.add_argument("--keep-tokens", type=int, default=16, help="K for the escalation and mutual verification")
     return p
 
 
@@ -48,7 +71,7 @@ def _print_result(label: str, res) -> None:
                            r["prefill_tokens"], r["cached_tokens"], f"{r['decode_ms']:.1f}", r["decode_tokens"]]))
 
 
-def run_demo(workdir: pathlib.Path, arch: str, selector: str, keep: int) -> None:
+def run_random_demo(workdir: pathlib.Path, arch: str, selector: str, keep: int) -> None:
     from routedvlm.inference import VLM, CollaborativePipeline, MutualVerification, build_tiny_pair
     from routedvlm.router.strategies import default_strategies
 
@@ -66,8 +89,7 @@ def run_demo(workdir: pathlib.Path, arch: str, selector: str, keep: int) -> None
         _print_result("mutual verification", MutualVerification(pipe, check="small_direct", keep_tokens=keep).run(image, question))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _quiet() -> None:
     import logging
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -77,12 +99,43 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # tiny models: one thread is faster than contended ones
-    start = time.perf_counter()
+
+
+def _random(args) -> None:
     if args.workdir is None:
         with tempfile.TemporaryDirectory(prefix="routedvlm-demo-") as tmp:
-            run_demo(pathlib.Path(tmp), args.arch, args.selector, args.keep_tokens)
+            run_random_demo(pathlib.Path(tmp), args.arch, args.selector, args.keep_tokens)
     else:
-        run_demo(args.workdir, args.arch, args.selector, args.keep_tokens)
+        run_random_demo(args.workdir, args.arch, args.selector, args.keep_tokens)
+
+
+def _toy(args) -> None:
+    import logging
+    import os
+
+    from .toy_demo import DemoConfig, run_toy_demo
+    from .demo_table import LATENCY_NOTE
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    skip = {"random", "workdir", "arch", "selector", "keep_tokens"}
+    cfg = DemoConfig(**{k: v for k, v in vars(args).items() if k not in skip})
+    res = run_toy_demo(cfg, say=lambda msg: print(msg, flush=True))
+    h = res.header
+    print(f"\n=== toy world, eval split: {h['n_eval']} samples (router {h['router']} v{h['version']}, {h['mode']}, "
+          f"tau={h['tau']:.3f}; trained on {h['n_label']} labelled samples)")
+    print(f"note: {LATENCY_NOTE}")
+    print(f"live RoutedVLM end-to-end wall clock per request (incl. Python overhead): {h['live_wall_mean_ms']:.1f} ms mean; "
+          f"fallback decisions: {h['live_fallbacks']}\n")
+    print(res.table)
+    print(f"\nwrote {res.paths['markdown']}, {res.paths['json']} and {res.paths['plot']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _quiet()
+    start = time.perf_counter()
+    _random(args) if args.random else _toy(args)
     print(f"\ndone in {time.perf_counter() - start:.1f} s")
     return 0
 

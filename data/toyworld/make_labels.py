@@ -71,17 +71,23 @@ def toy_label_config(dataset, out, small, large, *, progress: bool = True, **ove
 
 
 def make_labels(out, *, split: str = "label", n: int = 400, seed: int = 0, checkpoints=None, workdir=None,
-                progress: bool = True):
+                progress: bool = True, resume: bool = False):
     """Label `n` samples of the toy `split` into `out` (a labels.parquet); returns the `LabelSummary`."""
-    from ..labelling import run_labelling
-
     if n <= 0:
         raise ConfigError(f"The `n` setting must be a positive number of samples. Got {n!r} instead.")
-    small, large = checkpoint_pair(checkpoints)
+    checkpoint_pair(checkpoints)  # fail before writing anything
     dataset = write_split(split, n, seed, workdir if workdir is not None else DEFAULT_WORKDIR)
+    return label_dataset(dataset, out, checkpoints=checkpoints, progress=progress, resume=resume)
+
+
+def label_dataset(dataset, out, *, checkpoints=None, progress: bool = True, resume: bool = False):
+    """Label a toy data set written by `write_split` into `out` with the toy settings; returns the `LabelSummary`."""
+    from ..labelling import run_labelling
+
+    small, large = checkpoint_pair(checkpoints)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    log.info("labelling %d toy %s samples (%s) with %s and %s", n, split, dataset, small, large)
-    return run_labelling(toy_label_config(dataset, out, small, large, progress=progress))
+    log.info("labelling %s with %s and %s", dataset, small, large)
+    return run_labelling(toy_label_config(dataset, out, small, large, progress=progress, resume=resume))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument("--checkpoints", default=None, help="folder with small/ and large/ (default: the shipped pair)")
     p.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help=f"where the data set goes (default {DEFAULT_WORKDIR})")
+    p.add_argument("--resume", action="store_true", help="finish an interrupted run with the same settings")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -102,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[make-labels] %(message)s")
     summary = make_labels(args.out, split=args.split, n=args.n, seed=args.seed, checkpoints=args.checkpoints,
-                          workdir=args.workdir, progress=not args.no_progress)
+                          workdir=args.workdir, progress=not args.no_progress, resume=args.resume)
     print(summary.line())
     return 0 if summary.errors == 0 else 1
 

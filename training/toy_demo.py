@@ -1,0 +1,183 @@
+"""The toy-world demo, end to end: label -> train-router -> register (champion) -> RoutedVLM on the eval split.
+
+`run_toy_demo(DemoConfig(...), say)` is what `routedvlm demo` runs; every step is the product's own code path
+(`run_labelling`, `train_router` + `track`, `RoutedVLM.from_pretrained(..., router="models:/<name>@champion")`).
+The eval split is labelled too, so every single strategy, the oracle and mutual verification are scored on the
+same samples as the live RoutedVLM rows (`demo_table.py` says how the latencies compare).
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routedvlm.router.errors import ConfigError, RouterError
+
+log = logging.getLogger(__name__)
+QUICK_N_LABEL, QUICK_N_EVAL = 80, 24
+DEFAULT_N_LABEL, DEFAULT_N_EVAL = 300, 150
+MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
+SPLIT_SHARE = 0.25
+MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
+
+
+def _f(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class DemoConfig:
+    """Settings of `routedvlm demo` (toy world); `n_label` / `n_eval` default by `quick`."""
+
+    out: str = _f("runs/demo", "folder for labels, router, table.json/.md and plot.png")
+    n_label: int | None = _f(None, f"toy `label` samples to label and train on (default {DEFAULT_N_LABEL}; "
+                                   f"--quick {QUICK_N_LABEL}; at least {MIN_N_LABEL})")
+    n_eval: int | None = _f(None, f"toy `eval` samples (default {DEFAULT_N_EVAL}; --quick {QUICK_N_EVAL})")
+    quick: bool = _f(False, "a reduced run for CI (a few dozen samples each)")
+    checkpoints: str | None = _f(None, "folder with the toy small/ and large/ checkpoints (default: the shipped pair)")
+    tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
+    register_as: str = _f("vlm-router", "registered model name; the new version is promoted to `champion`")
+    target_accuracy: float = _f(0.98, "train-router target: accuracy as a fraction of the best single strategy's")
+    live_mutual_verification: bool = _f(True, "also run mutual verification live through RoutedVLM")
+    seed: int = _f(0, "seed of the toy splits and of train-router")
+    progress: bool = _f(True, "progress bars on stderr")
+
+    def __post_init__(self):
+        self.n_label = self.n_label if self.n_label is not None else (QUICK_N_LABEL if self.quick else DEFAULT_N_LABEL)
+        self.n_eval = self.n_eval if self.n_eval is not None else (QUICK_N_EVAL if self.quick else DEFAULT_N_EVAL)
+        if self.n_label < MIN_N_LABEL:
+            raise ConfigError(f"The `n_label` setting must be at least {MIN_N_LABEL} (train-router needs 40 train, "
+                              f"20 calibration and 20 test rows). Got {self.n_label!r} instead.")
+        if self.n_eval < 1:
+            raise ConfigError(f"The `n_eval` setting must be a positive number of samples. Got {self.n_eval!r} instead.")
+
+
+@dataclass
+class DemoResult:
+    rows: list
+    header: dict
+    paths: dict
+    table: str
+
+
+def _fresh(*paths: Path) -> None:
+    """Remove this demo's own outputs of an earlier run (labels refuse to overwrite)."""
+    for p in paths:
+        for q in (p, p.with_name(p.name + ".parts")):
+            if q.is_dir():
+                shutil.rmtree(q)
+            elif q.exists():
+                q.unlink()
+
+
+def label_split(cfg: DemoConfig, split: str, n: int, say) -> tuple[Path, Path]:
+    """(data set, labels) of `n` toy `split` samples under `cfg.out`, labelled with the project's labeller."""
+    from routedvlm.data.toyworld.make_labels import label_dataset, write_split
+
+    out = Path(cfg.out)
+    labels = out / f"labels-{split}.parquet"
+    _fresh(labels)
+    dataset = write_split(split, n, cfg.seed, out / "data")
+    t0 = time.perf_counter()
+    summary = label_dataset(dataset, labels, checkpoints=cfg.checkpoints, progress=cfg.progress)
+    say(f"{summary.line()} in {time.perf_counter() - t0:.0f} s")
+    return dataset, labels
+
+
+def train_and_register(cfg: DemoConfig, labels_path: Path, say):
+    """train-router on the labels (cascade, default target), logged to MLflow, registered and promoted."""
+    from .config import TrainConfig
+    from .labels_io import load_labels
+    from .pipeline import train_router
+    from .tracking import track
+
+    tc = TrainConfig(data=str(labels_path), output_dir=str(Path(cfg.out) / "train"), tracking_uri=cfg.tracking_uri,
+                     register_as=cfg.register_as, promote=True, experiment="routedvlm-demo", seed=cfg.seed,
+                     target_accuracy=cfg.target_accuracy, baseline_k=MV_KEEP_TOKENS, allow_constant_features=True,
+                     calib_fraction=SPLIT_SHARE, test_fraction=SPLIT_SHARE)
+    labels, metadata = load_labels(tc.data)
+    result = train_router(tc, labels, metadata)
+    say("train-router (its own test split of the label labels):\n" + result.table)
+    info = track(tc, result, labels)
+    say(f"registered {info['registered_as']} version {info['version']} as champion ({info['champion_reason']}) "
+        f"in {info['tracking_uri']}")
+    return result, info
+
+
+def run_live(routed, samples, say, name: str, progress: bool) -> list[dict]:
+    """Answer every sample through `routed` (a RoutedVLM); one record per sample."""
+    from tqdm.auto import tqdm
+
+    records = []
+    for s in tqdm(samples, desc=name, unit="sample", disable=not progress, dynamic_ncols=True):
+        t0 = time.perf_counter()
+        out = routed.generate(image=s.images[0], question=s.prompt)
+        wall = (time.perf_counter() - t0) * 1000
+        records.append({"sample_id": s.sample_id, "answer": out.text, "correct": bool(s.score(out.text) >= 0.5),
+                        "strategy": out.strategy, "latency_ms": float(out.latency_ms), "wall_ms": wall,
+                        "fallback": bool(out.fallback)})
+    return records
+
+
+def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
+    """RoutedVLM on the toy pair with the champion router; refuses a fallback or a stale champion."""
+    from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair
+    from routedvlm.inference import RoutedVLM
+
+    small, large = checkpoint_pair(cfg.checkpoints)
+    uri = f"models:/{cfg.register_as}@champion"
+    routed = RoutedVLM.from_pretrained(str(small), str(large), router=uri, tracking_uri=info["tracking_uri"],
+                                       fallback=f"mutual-verification:{MV_KEEP_TOKENS}", k_grid=TOY_K_GRID,
+                                       max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS,
+                                       device="cpu")
+    if routed.router is None:
+        raise RouterError(f"RoutedVLM could not load {uri} ({routed.router_error}).")
+    if routed.router.policy.training_data_hash != labels_hash:
+        raise RouterError(f"{uri} is not the router this demo just trained (its training data hash differs).")
+    return routed, uri
+
+
+def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
+    """The whole demo (module docstring); `say(msg)` reports progress."""
+    from routedvlm.data.loading import load_samples
+    from routedvlm.inference import RoutedVLM
+
+    from . import demo_table as T
+
+    t0 = time.perf_counter()
+    say(f"[1/5] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
+    _, label_labels = label_split(cfg, "label", cfg.n_label, say)
+    say("[2/5] train-router (cascade, LightGBM) + MLflow registration ...")
+    result, info = train_and_register(cfg, label_labels, say)
+    say(f"[3/5] labelling {cfg.n_eval} toy `eval` samples (for the single strategies, oracle and baselines) ...")
+    eval_data, eval_labels = label_split(cfg, "eval", cfg.n_eval, say)
+    eval_df = _read_ok(eval_labels)
+    ref = T.reference_ms(eval_df)
+    routed, uri = load_routed(cfg, info, result.labels_hash)
+    say(f"[4/5] RoutedVLM(router={uri!r}) on the {cfg.n_eval} eval samples ...")
+    samples = load_samples(str(eval_data), adapter="toyworld")
+    live = run_live(routed, samples, say, "RoutedVLM", cfg.progress)
+    rows = [T.live_row("learned policy (RoutedVLM)", "learned", live, ref)]
+    if cfg.live_mutual_verification:
+        mv = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
+        mv_live = run_live(mv, samples, say, "mutual verification", cfg.progress)
+        rows.append(T.live_row(f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)", "baseline", mv_live, ref))
+    say("[5/5] the side-by-side table ...")
+    policy = routed.router.policy
+    rows += [T.replay_row(routed.router, eval_df, ref), *T.label_rows(eval_df, list(policy.strategies), MV_KEEP_TOKENS, ref)]
+    header = {"router": uri, "version": info.get("version"), "tracking_uri": info["tracking_uri"],
+              "mode": policy.mode, "tau": policy.tau, "target_accuracy": cfg.target_accuracy,
+              "n_label": cfg.n_label, "n_eval": len(eval_df), "live_fallbacks": sum(r["fallback"] for r in live),
+              "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1)}
+    paths = T.write_outputs(Path(cfg.out), rows, header, T.learned_curve(routed.router, eval_df))
+    return DemoResult(rows, header, {k: str(v) for k, v in paths.items()}, T.format_text(rows))
+
+
+def _read_ok(path: Path):
+    """The labels of `path` without failed rows."""
+    from routedvlm.data.labels import failed_rows, read_labels
+
+    df, _ = read_labels(path)
+    return df.loc[~failed_rows(df)].reset_index(drop=True)

@@ -223,6 +223,54 @@ def test_compose_latencies_worked_example():
     assert standalone["transfer_4"] == 5.0 and escalate[4] == 3.0
 
 
+def test_compose_latencies_with_branches_worked_example():
+    """run_many splits prefills where prompts branch: each trace lists every call its prompt was built from.
+    transfer_4 = small prefix + small reasoning (truncated) + large prefix + branch of K=2 + its own branch + its call."""
+    from routedvlm.data.latency import compose_latencies
+
+    def rec(stage, model, v, p, d):
+        return {"stage": stage, "model": model, "vision_ms": v, "prefill_ms": p, "decode_ms": d}
+
+    small_prefix, prefix = rec("small_prefix", "small", 3, 4, 0), rec("large_prefix", "large", 10, 20, 0)
+    branch2, branch4 = rec("large_branch", "large", 0, 2, 0), rec("large_branch", "large", 0, 1, 0)
+    results = {
+        "small_direct": SimpleNamespace(trace=[small_prefix, rec("small_direct", "small", 0, 1, 5)]),
+        "transfer_2": SimpleNamespace(trace=[small_prefix, rec("small_reason", "small", 0, 1, 4), prefix, branch2,
+                                             rec("large_transfer", "large", 0, 6, 9)]),
+        "transfer_4": SimpleNamespace(trace=[small_prefix, rec("small_reason", "small", 0, 1, 8), prefix, branch2,
+                                             branch4, rec("large_transfer", "large", 0, 6, 9)]),
+    }
+    standalone, escalate = compose_latencies(results)
+    assert standalone == {"small_direct": 13.0, "transfer_2": 59.0, "transfer_4": 64.0}
+    assert escalate == {2: 29.0, 4: 34.0}
+
+
+@pytest.mark.slow
+def test_composed_costs_equal_independent_runs_in_tokens(world):
+    """Priced by tokens (a cost model's view), every composed standalone cost equals that of the strategy run on its
+    own, and every escalate increment equals that of `escalate` after `large_direct`: the records lose no work."""
+    from PIL import Image
+
+    from routedvlm.data.latency import compose_latencies, trace_ms
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.router.strategies import default_strategies
+
+    def tokens(side, r):
+        return r["prefill_tokens"] + r["decode_tokens"] + (1000 if r["vision_ms"] > 0 else 0)
+
+    pipe = CollaborativePipeline(world.small, world.large, k_grid=(2, 4), max_direct_tokens=3, min_new_tokens=2,
+                                 max_reason_tokens=6, min_reason_tokens=6)
+    image, question = Image.new("RGB", (64, 64), (10, 200, 30)), "What color is bar 3?"
+    strategies = default_strategies((2, 4))
+    standalone, escalate = compose_latencies(pipe.run_many(image, question, strategies), tokens)
+    for sid in strategies:
+        assert standalone[sid] == trace_ms(pipe.run(image, question, sid).trace, tokens), sid
+    first = pipe.run(image, question, "large_direct")
+    for k in (2, 4, None):
+        two_stage = pipe.escalate(first, k).trace[len(first.trace):]
+        assert escalate["all" if k is None else k] == trace_ms(two_stage, tokens), k
+
+
 def test_config_errors_name_the_setting():
     from routedvlm.data.label_config import LabelConfig
 

@@ -400,3 +400,14 @@ def test_remote_only_routed_vlm_needs_no_lock(remote_pipe, local):
 
     assert not hasattr(RoutedVLM(remote_pipe, "large_direct").lock, "acquire")
     assert hasattr(local.lock, "acquire")
+
+
+def test_run_many_over_http_equals_run(remote_pipe, images):
+    """Remote sides run their own stages in run_many (the server caches prefixes); only the reasoning is shared."""
+    ids = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_8", "transfer_all"]
+    many = remote_pipe.run_many(images["square"], "How many boxes?", ids)
+    for sid in ids:
+        assert many[sid].answer == remote_pipe.run(images["square"], "How many boxes?", sid).answer, sid
+    assert all(r["remote"] for res in many.values() for r in res.trace)
+    t8 = many["transfer_8"].trace
+    assert [r["stage"] for r in t8] == ["small_reason", "large_prefix", "large_transfer"] and t8[0]["shared"]

@@ -93,12 +93,10 @@ class PolicyRunner:
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
+            self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
-                self._run_stages(req, self.stages_for(router), ran)
                 decision, feats, f_ms, d_ms = self._decide(router, req, ran)
             except Exception as exc:  # a router must never fail the request
-                if _is_input_error(exc):
-                    raise
                 error = f"{type(exc).__name__}: {exc}"
                 logger.warning("router %s failed at decision time (%s); the fallback policy answers",
                                router.policy.router_type, error)
@@ -121,12 +119,6 @@ class PolicyRunner:
         if strat.is_transfer and LARGE_DIRECT in ran:
             return self.pipeline.escalate(ran[LARGE_DIRECT], strat.keep_tokens)
         return self.pipeline._run_req(req, strat)
-
-
-def _is_input_error(exc) -> bool:
-    from routedvlm.router.errors import InputError
-
-    return isinstance(exc, InputError)
 
 
 def _decision_record(router, decision, feats, features_ms, decision_ms, fallback, error) -> dict:

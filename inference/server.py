@@ -1,6 +1,7 @@
 """An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions, /v1/models, /health.
 
-Model ids: the routed model (default "routedvlm") answers under the router's policy; "small" and "large"
+Model ids: the routed model (default "routedvlm") answers under the router's policy (its token limits are
+the pipeline's; `max_tokens` and `logprobs` of the request are not applied to it); "small" and "large"
 answer with that side alone (honouring `chat_template_kwargs.enable_thinking`, `max_tokens`, `logprobs`,
 `top_logprobs`, `min_tokens` and vLLM's `continue_final_message`; decoding is always greedy), so the
 server doubles as a stand-in vLLM-like server for testing the OpenAI backend.

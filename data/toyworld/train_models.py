@@ -48,7 +48,7 @@ class TrainConfig:
 
 
 RECIPES = {
-    "small": TrainConfig(steps=800, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
+    "small": TrainConfig(steps=600, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
     "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
                          steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2)),
 }

@@ -19,12 +19,15 @@ from .costs import realized_correct, realized_latency
 from .evaluate import area_under_curve, label_strategies, mutual_verification_row, oracle_row, summarize
 
 LATENCY_NOTE = (
-    "latency = sum of the wall-clock ms (vision + prefill + decode) of the stage records a policy needs on a sample. "
+    "latency = sum of the wall-clock ms (vision + prefill + decode) of the stage records a policy needs on a sample; "
+    "speed-up = mean latency of large_reason measured by the same source / the row's. "
     "source `live`: RoutedVLM's own trace, run now on this machine (`RoutedOutput.latency_ms`: the stages that ran, "
     "incl. the two-stage escalation from the cached prefix, + feature and decision time). "
     "source `labels`: the labeller's stage records for the same samples, composed per strategy as if it ran alone "
     "(data/latency.py); a cascade pays large_direct (+ small_direct if needed) + the escalate_K increment. "
-    "Both are measured the same way; the gap between a live row and its replay is run-to-run noise.")
+    "The labeller shares work through a prompt trie, so one strategy's prompt is prefilled in several calls; with "
+    "models this small a call's fixed cost dominates, which makes `labels` latencies higher than `live` ones: compare "
+    "a live row with its `(replayed)` twin, and speed-ups within one source.")
 
 
 def reference_ms(eval_df: pd.DataFrame) -> float | None:
@@ -121,7 +124,8 @@ def _plot(rows: list[dict], curve: pd.DataFrame, header: dict, path: Path) -> No
                   "rows": rows, "mode": header.get("mode", "cascade"),
                   "target": {"kind": "accuracy", "value": header.get("target_accuracy", 0.98)},
                   "required_test": header.get("target_accuracy", 0.98) * max(r["accuracy"] for r in singles)}
-    plot_curve(evaluation, path)
+    plot_curve(evaluation, path, title="routedvlm demo (toy world): RoutedVLM and baselines on the eval split",
+               split="eval split")
 
 
 def _jsonable(o):

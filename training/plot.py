@@ -6,7 +6,7 @@ from pathlib import Path
 MARKERS = {"single": "o", "oracle": "*", "baseline": "s", "learned": "D"}
 
 
-def plot_curve(evaluation: dict, path) -> Path:
+def plot_curve(evaluation: dict, path, *, title: str | None = None, split: str = "test split") -> Path:
     """Write a PNG (matplotlib Agg backend) of `evaluation["curve"]` and `evaluation["rows"]`."""
     import matplotlib
 
@@ -28,13 +28,13 @@ def plot_curve(evaluation: dict, path) -> Path:
             ax.scatter(x, y, marker=MARKERS.get(kind, "o"), s=60 if kind != "oracle" else 140, color=color,
                        edgecolors="black", linewidths=0.5, zorder=4, label=f"{row['name']}: {y:.3f}, {x:.0f} ms")
     if evaluation["target"]["kind"] == "accuracy":
-        ax.axhline(evaluation["required_test"], color="tab:orange", ls="--", lw=1, label="accuracy target (test)")
+        ax.axhline(evaluation["required_test"], color="tab:orange", ls="--", lw=1, label=f"accuracy target ({split})")
     else:
         ax.axvline(evaluation["target"]["value"], color="tab:orange", ls="--", lw=1, label="latency budget")
     ax.set_xscale("log")
     ax.set_xlabel("mean realized latency per sample (ms, log scale)")
-    ax.set_ylabel("accuracy (test split)")
-    ax.set_title(f"routedvlm train-router: {evaluation['mode']} policy vs baselines")
+    ax.set_ylabel(f"accuracy ({split})")
+    ax.set_title(title or f"routedvlm train-router: {evaluation['mode']} policy vs baselines")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
     fig.tight_layout()

@@ -1,0 +1,110 @@
+"""`routedvlm demo` on the embedded toy world, reduced (`--quick`), end to end on the shipped checkpoints; the bundled
+toy labels and `train-router` without `--data`."""
+import json
+
+import pytest
+
+from routedvlm.data.toyworld.make_labels import TOY_K_GRID, checkpoint_pair, default_checkpoints
+from routedvlm.router.errors import ConfigError, ModelLoadError
+from routedvlm.router.strategies import default_strategies
+from routedvlm.training.labels_io import embedded_labels_path
+
+STRATEGIES = default_strategies(TOY_K_GRID)
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    """The reduced demo run once into tmp folders, with a tmp MLflow store: (out folder, stdout, tracking uri)."""
+    import contextlib
+    import io
+
+    from routedvlm.training import demo
+
+    root = tmp_path_factory.mktemp("demo")
+    uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    (root / "mlruns").mkdir()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = demo.main(["--quick", "--out", str(root / "out"), "--tracking-uri", uri, "--no-progress"])
+    assert rc == 0
+    return root / "out", buf.getvalue(), uri
+
+
+@pytest.mark.slow
+def test_quick_demo_prints_and_writes_the_side_by_side_table(quick_demo):
+    out, stdout, _ = quick_demo
+    table = json.loads((out / "table.json").read_text())
+    names = [r["name"] for r in table["rows"]]
+    expected = ["learned policy (RoutedVLM)", "mutual verification K=16 (RoutedVLM)", "large_reason (RoutedVLM)",
+                "learned policy (replayed)", "mutual verification K=16 (replayed)", *STRATEGIES, "oracle"]
+    assert names == expected
+    for row in table["rows"]:
+        assert 0.0 <= row["accuracy"] <= 1.0, row
+        assert row["mean_latency_ms"] > 0 and row["p90_latency_ms"] >= 0, row
+        assert row["source"] == ("live" if "RoutedVLM" in row["name"] else "labels")
+        assert abs(sum(row["mix"].values()) - 1.0) < 1e-3
+    assert table["n_eval"] == 24 and table["n_label"] == 80 and table["live_fallbacks"] == 0
+    assert "latency = sum of the wall-clock ms" in table["latency_note"]
+    assert (out / "plot.png").stat().st_size > 10_000 and (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    md = (out / "table.md").read_text()
+    assert all(f"| {n} |" in md for n in expected)
+    for text in ("[1/5] labelling 80 toy `label` samples", "registered vlm-router version 1 as champion",
+                 "learned policy (RoutedVLM)", "oracle", "note: latency = sum"):
+        assert text in stdout, text
+
+
+@pytest.mark.slow
+def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
+    from routedvlm.data.labels import read_labels
+    from routedvlm.router import load_router
+
+    out, _, uri = quick_demo
+    router = load_router("models:/vlm-router@champion", tracking_uri=uri)
+    _, meta = read_labels(out / "labels-label.parquet")
+    assert router.policy.training_data_hash == meta["content_hash"] and router.policy.mode == "cascade"
+    table = json.loads((out / "table.json").read_text())
+    assert set(table["rows"][0]["mix"]) <= set(router.policy.strategies)
+    assert table["router"] == "models:/vlm-router@champion" and table["version"] == "1"
+
+
+def test_demo_config_needs_enough_label_samples_for_train_router():
+    from routedvlm.training.toy_demo import DemoConfig
+
+    with pytest.raises(ConfigError, match=r"^The `n_label` setting must be at least 80 .* Got 20 instead\.$"):
+        DemoConfig(n_label=20)
+    assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
+    assert (DemoConfig().n_label, DemoConfig().n_eval) == (300, 150)
+
+
+def test_missing_checkpoints_name_the_folder_and_the_next_step(tmp_path):
+    with pytest.raises(ModelLoadError, match=r"^The toy checkpoints must be folders `small/` and `large/`.*train_models"):
+        checkpoint_pair(tmp_path)
+
+
+def test_shipped_checkpoints_and_bundled_labels_exist():
+    small, large = checkpoint_pair()
+    assert small.parent == default_checkpoints()
+    path = embedded_labels_path()
+    assert path.is_file() and path.stat().st_size < 2_000_000
+
+
+def test_bundled_labels_are_valid_toy_labels():
+    from routedvlm.data.labels import check_labels, read_labels
+
+    df, meta = read_labels(embedded_labels_path())
+    check_labels(df, meta)
+    assert len(df) >= 300 and set(df["dataset"]) == {"toyworld"}
+    assert meta["k_grid"] == list(TOY_K_GRID) and meta["strategies"] == STRATEGIES
+    assert all(f"correct__{s}" in df.columns for s in STRATEGIES)
+
+
+@pytest.mark.slow
+def test_train_router_without_data_trains_on_the_bundled_labels_and_says_so(tmp_path, capsys):
+    from routedvlm.training import train_cli
+
+    rc = train_cli.main(["--no-mlflow", "--output-dir", str(tmp_path / "r"), "--allow-constant-features",
+                         "--num-boost-round", "50"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert f"from the embedded toy labels {embedded_labels_path()}" in err
+    assert (tmp_path / "r" / "router" / "policy.json").is_file()

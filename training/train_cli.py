@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     labels, metadata = load_labels(config.data)
     where = "the embedded toy labels " if metadata.get("embedded") else ""
     _progress(f"read {len(labels)} labelled samples from {where}{metadata['source_path']}")
+    if metadata.get("embedded") and not config.allow_constant_features:
+        # every toy image has one size and every toy question one form: those feature columns are constant
+        config.allow_constant_features = True
+        _progress("embedded toy labels: feature columns that are constant on the toy task are dropped")
     if config.router == "lora-probe":
         from .probe import train_probe
 

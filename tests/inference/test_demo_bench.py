@@ -1,4 +1,5 @@
-"""The interim `routedvlm demo` and the escalation benchmark run end to end on tiny models."""
+"""`routedvlm demo --random` (every strategy on a tiny random pair) and the escalation benchmark run end to end on
+tiny models. The toy-world demo itself is tested in tests/training/test_toy_demo.py."""
 import importlib.util
 import pathlib
 
@@ -19,7 +20,7 @@ def test_demo_help(capsys):
 def test_demo_runs_every_strategy(tmp_path, capsys):
     from routedvlm.training import demo
 
-    assert demo.main(["--workdir", str(tmp_path)]) == 0
+    assert demo.main(["--random", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for label in ["[small_direct]", "[large_reason]", "[transfer_8]", "[transfer_all]", "[escalate K=16]", "[mutual verification]"]:
         assert out.count(label) == 2, label

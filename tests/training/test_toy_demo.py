@@ -102,9 +102,10 @@ def test_bundled_labels_are_valid_toy_labels():
 def test_train_router_without_data_trains_on_the_bundled_labels_and_says_so(tmp_path, capsys):
     from routedvlm.training import train_cli
 
-    rc = train_cli.main(["--no-mlflow", "--output-dir", str(tmp_path / "r"), "--allow-constant-features",
+    rc = train_cli.main(["--no-mlflow", "--output-dir", str(tmp_path / "r"),
                          "--num-boost-round", "50"])
     err = capsys.readouterr().err
     assert rc == 0
     assert f"from the embedded toy labels {embedded_labels_path()}" in err
+    assert "embedded toy labels: feature columns that are constant on the toy task are dropped" in err
     assert (tmp_path / "r" / "router" / "policy.json").is_file()

@@ -77,7 +77,7 @@ def _nonneg_line(x, y) -> tuple[float, float]:
 def fit_linear(x, y, x_name: str) -> LinearFit:
     """Line through the per-x medians of (x, y), with intercept and slope >= 0; R² and MAPE on all points.
 
-    Medians make one slow repeat (a busy machine) harmless; a single distinct x gives slope 0.
+    Medians make one slow repeat (a busy machine) harmless; a single distinct x gives slope 0 and R² None.
     """
     import numpy as np
 
@@ -92,7 +92,10 @@ def fit_linear(x, y, x_name: str) -> LinearFit:
     pred = intercept + slope * x
     ss_res = float(((y - pred) ** 2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    if ux.size < 2:
+        r2 = None  # x never varied: nothing to explain
+    else:
+        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
     nz = np.abs(y) > 1e-12
     mape = float(np.mean(np.abs((y[nz] - pred[nz]) / y[nz])) * 100) if nz.any() else None
     return LinearFit(x=x_name, intercept=intercept, slope=slope, r2=r2, mape=mape, n=int(x.size))

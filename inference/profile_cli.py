@@ -66,7 +66,7 @@ def _summary(profile: dict) -> str:
     for name, e in profile["models"].items():
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
-        r2 = "/".join(f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
+        r2 = "/".join("n/a" if f[c]["r2"] is None else f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
         lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
                      f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
                      f"{e.get('end_to_end_mape') or float('nan'):.1f}%")

@@ -79,7 +79,7 @@ def test_fit_without_noise_is_exact_and_reports_quality():
     assert (fit.intercept, fit.slope, fit.r2, fit.n) == (pytest.approx(1.0), pytest.approx(2.0), pytest.approx(1.0), 4)
     assert fit.mape == pytest.approx(0.0, abs=1e-9)
     one_x = fit_linear([5, 5], [2.0, 4.0], "tokens")  # one distinct x: mean, no slope
-    assert (one_x.intercept, one_x.slope) == (3.0, 0.0)
+    assert (one_x.intercept, one_x.slope, one_x.r2) == (3.0, 0.0, None)
 
 
 def test_decode_sum_is_the_sum_over_positions():

@@ -31,14 +31,26 @@ def _int_list(flag: str):
     return parse
 
 
+def _size_list(text: str) -> list:
+    out = []
+    for part in (v.strip().lower() for v in text.split(",") if v.strip()):
+        dims = part.split("x")
+        if len(dims) not in (1, 2) or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise argparse.ArgumentTypeError(f"--image-sizes must be comma-separated sizes such as 224 or 96x16, got {text!r}")
+        out.append(int(part) if len(dims) == 1 else part)
+    if not out:
+        raise argparse.ArgumentTypeError(f"--image-sizes must name at least one size, got {text!r}")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="routedvlm profile", description="Measure preprocess / vision / prefill / decode latency per model on "
         "simulated inputs and fit a latency model.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="PATH_OR_ID",
                    help="checkpoint folder or hub id; repeat for several models")
-    p.add_argument("--image-sizes", type=_int_list("--image-sizes"), default=[224, 448, 896], metavar="PX,...",
-                   help="square random-image sizes in pixels (default 224,448,896)")
+    p.add_argument("--image-sizes", type=_size_list, default=[224, 448, 896], metavar="PX,...",
+                   help="random-image sizes: a side in pixels (square) or WxH, e.g. 224,448,96x16 (default 224,448,896)")
     p.add_argument("--prompt-tokens", type=_int_list("--prompt-tokens"), default=[32, 256, 1024], metavar="N,...",
                    help="synthetic question lengths in tokens (default 32,256,1024)")
     p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=[1, 16, 64, 256, 1024], metavar="N,...",

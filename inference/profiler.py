@@ -29,7 +29,7 @@ class ProfileSettings:
     """The grid a profile measures (all lists of positive ints)."""
 
     image_sizes: list = dataclasses.field(default_factory=lambda: [224, 448, 896],
-                                          metadata={"help": "square image side lengths in pixels"})
+                                          metadata={"help": "image sizes: a side in pixels (square) or 'WxH'"})
     prompt_tokens: list = dataclasses.field(default_factory=lambda: [32, 256, 1024],
                                             metadata={"help": "question lengths in tokens (before the template)"})
     output_tokens: list = dataclasses.field(default_factory=lambda: [1, 16, 64, 256, 1024],
@@ -42,7 +42,8 @@ class ProfileSettings:
     def __post_init__(self):
         from routedvlm.router.errors import ConfigError
 
-        for name in ("image_sizes", "prompt_tokens", "output_tokens"):
+        self.image_sizes = sorted(set(_check_image_sizes(self.image_sizes)), key=lambda v: (image_area(v), str(v)))
+        for name in ("prompt_tokens", "output_tokens"):
             vals = getattr(self, name)
             if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in vals):
                 raise ConfigError(f"The `{name}` setting must be a non-empty list of positive integers. Got {vals!r} instead.")
@@ -59,17 +60,49 @@ class ProfileSettings:
         return _lower_median(self.image_sizes), _lower_median(self.prompt_tokens)
 
 
-def _lower_median(values) -> int:
-    return sorted(values)[(len(values) - 1) // 2]
+def _lower_median(values):
+    return values[(len(values) - 1) // 2]  # values come sorted
 
 
-def random_image(size: int, seed: int = 0):
-    """A size x size RGB image of uniform noise (deterministic for a seed)."""
+def image_dims(size) -> tuple[int, int]:
+    """(width, height) of an image size setting: 224 -> (224, 224), '96x16' -> (96, 16)."""
+    if isinstance(size, str):
+        w, h = size.lower().split("x")
+        return int(w), int(h)
+    return int(size), int(size)
+
+
+def image_area(size) -> int:
+    w, h = image_dims(size)
+    return w * h
+
+
+def _check_image_sizes(values) -> list:
+    from routedvlm.router.errors import ConfigError
+
+    out = []
+    for v in values or []:
+        try:
+            ok = isinstance(v, (int, str)) and not isinstance(v, bool) and min(image_dims(v)) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"The `image_sizes` setting must hold positive pixel sizes: 224 (square) or 'WxH' such "
+                              f"as '96x16'. Got {v!r} in {values!r} instead.")
+        out.append(v if isinstance(v, int) else "{}x{}".format(*image_dims(v)))
+    if not out:
+        raise ConfigError("The `image_sizes` setting must name at least one image size, e.g. [224, 448].")
+    return out
+
+
+def random_image(size, seed: int = 0):
+    """An RGB image of uniform noise, `size` a side (square) or 'WxH' (deterministic for a seed)."""
     import numpy as np
     from PIL import Image
 
+    w, h = image_dims(size)
     rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+    return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
 
 
 def synthetic_prompt(tokenizer, n_tokens: int) -> str:
@@ -173,7 +206,7 @@ def decode_points(runs: list) -> list:
 def _record(meas: dict, call: dict, size: int, prompt: int, rep: int, output_grid: list) -> None:
     gen = call["gen"]
     key = {"image_size": size, "prompt_tokens": prompt, "repeat": rep}
-    meas["preprocess"].append({**key, "megapixels": size * size / 1e6, "ms": round(call["preprocess_ms"], 4)})
+    meas["preprocess"].append({**key, "megapixels": image_area(size) / 1e6, "ms": round(call["preprocess_ms"], 4)})
     meas["vision"].append({**key, "image_tokens": call["image_tokens"], "ms": round(gen.vision_ms, 4)})
     meas["prefill"].append({**key, "tokens": gen.prefill_tokens, "ms": round(gen.prefill_ms, 4)})
     times = gen.token_times_ms
@@ -191,7 +224,7 @@ def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
     ref_size, ref_prompt = settings.reference
     n_dec = max(settings.output_tokens)
     questions = {p: synthetic_prompt(vlm.tokenizer, p) for p in settings.prompt_tokens}
-    images = {s: random_image(s, settings.seed + s) for s in settings.image_sizes}
+    images = {s: random_image(s, settings.seed + i) for i, s in enumerate(settings.image_sizes)}
     for size in settings.image_sizes:  # warm-up: allocator, kernels, lazy init; not recorded
         _one_call(vlm, images[size], questions[ref_prompt], 2, settings.device)
         if progress is not None:

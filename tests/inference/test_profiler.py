@@ -210,7 +210,7 @@ def test_cli_rejects_bad_grids(capsys):
 
     with pytest.raises(SystemExit):
         main(["--model", "x", "--image-sizes", "224,-1", "--out", "p.json"])
-    assert "--image-sizes must be comma-separated positive integers" in capsys.readouterr().err
+    assert "--image-sizes must be comma-separated sizes such as 224 or 96x16" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"^The `output_tokens` setting needs a value of at least 2"):
         main(["--model", "x", "--output-tokens", "1", "--out", "p.json"])
 
@@ -288,3 +288,17 @@ def test_cli_missing_model_is_a_load_error(tmp_path):
     with pytest.raises(ModelLoadError, match=r"^The checkpoint .*nope.* is neither an existing folder nor a hub id"):
         main(["--model", str(tmp_path / "nope"), "--out", str(tmp_path / "p.json"), "--no-progress"])
     assert not (tmp_path / "p.json").exists()
+
+
+def test_image_sizes_square_or_width_by_height():
+    from routedvlm.inference.profile_cli import build_parser
+    from routedvlm.inference.profiler import ProfileSettings, random_image
+
+    args = build_parser().parse_args(["--model", "m", "--out", "p.json", "--image-sizes", "448,96X16,224"])
+    assert args.image_sizes == [448, "96x16", 224]
+    settings = ProfileSettings(image_sizes=args.image_sizes, output_tokens=[1, 4])
+    assert settings.image_sizes == ["96x16", 224, 448]  # by area
+    assert settings.reference == (224, 256)
+    assert random_image("96x16").size == (96, 16) and random_image(32).size == (32, 32)
+    with pytest.raises(ConfigError, match=r"^The `image_sizes` setting must hold positive pixel sizes"):
+        ProfileSettings(image_sizes=["0x16"])

@@ -168,3 +168,19 @@ def test_lookup_compares_token_ids_and_keeps_the_image_whole():
     assert cache.lookup([1, img, img, img, 2]) == (None, 0)  # shares only part of its image
     assert cache.image_end([1, img, img, 2]) == 3 and cache.image_end([1, 2]) == 0
     assert cache.cuts([1, img, img, 2, 3, 4, 5], 0, [[1, img, img, 2, 8], [1, img, 5], [1, img, img, 2, 3, 4, 5]]) == [4, 6]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["qwen2_vl", "smolvlm", "llava_onevision"])
+def test_run_many_equals_run_on_other_architectures(tiny_vlm, make_pipeline, images, arch):
+    """The prompt cache compares token ids, so it also works where reasoning comes from a prompt suffix
+    (checkpoints without a thinking mode) and where the image is not a run of one placeholder token."""
+    vlm = tiny_vlm(arch)
+    pipe = make_pipeline(vlm, vlm, k_grid=(4, 8), max_reason_tokens=16, min_reason_tokens=12)
+    ids = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_4", "transfer_8", "transfer_all"]
+    many = pipe.run_many(images["square"], Q, ids)
+    for sid in ids:
+        alone = pipe.run(images["square"], Q, sid)
+        assert many[sid].answer == alone.answer and many[sid].generation.token_ids == alone.generation.token_ids, sid
+        assert _per_model(many[sid].trace) == _per_model(alone.trace), sid
+    assert any(r["stage"] == "large_branch" for r in many["transfer_8"].trace)

@@ -98,6 +98,16 @@ def test_bundled_labels_are_valid_toy_labels():
     assert all(f"correct__{s}" in df.columns for s in STRATEGIES)
 
 
+def test_bundled_labels_were_made_with_the_shipped_checkpoints():
+    """Retrain the toy models -> relabel: python -m routedvlm.data.toyworld.make_labels --out <bundled labels>."""
+    from routedvlm.data.label_meta import model_revision
+    from routedvlm.data.labels import read_labels
+
+    _, meta = read_labels(embedded_labels_path())
+    for side, path in zip(("small", "large"), checkpoint_pair()):
+        assert meta["models"][side]["revision"] == model_revision(path), f"{side}: bundled labels are stale"
+
+
 @pytest.mark.slow
 def test_train_router_without_data_trains_on_the_bundled_labels_and_says_so(tmp_path, capsys):
     from routedvlm.training import train_cli

@@ -184,3 +184,16 @@ def test_run_many_equals_run_on_other_architectures(tiny_vlm, make_pipeline, ima
         assert many[sid].answer == alone.answer and many[sid].generation.token_ids == alone.generation.token_ids, sid
         assert _per_model(many[sid].trace) == _per_model(alone.trace), sid
     assert any(r["stage"] == "large_branch" for r in many["transfer_8"].trace)
+
+
+@pytest.mark.parametrize("selector", ["suffix", "attention"])
+def test_run_many_equals_run_with_other_selectors(tiny_pair, make_pipeline, images, selector):
+    """Kept tokens are not nested under these selectors: transfers still share what their ids share."""
+    pipe = make_pipeline(*tiny_pair, selector=selector, k_grid=(4, 8))
+    ids = ["large_direct", "transfer_4", "transfer_8", "transfer_all"]
+    many = pipe.run_many(images["wide"], Q, ids)
+    for sid in ids:
+        alone = pipe.run(images["wide"], Q, sid)
+        assert many[sid].answer == alone.answer and many[sid].kept_text == alone.kept_text, sid
+        large = [r for r in many[sid].trace if r["model"] == "large" and r["stage"] != "select_attention"]
+        assert sum(r["prefill_tokens"] for r in large) == large[-1]["prefill_tokens"] + large[-1]["cached_tokens"]

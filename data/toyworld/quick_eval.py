@@ -50,11 +50,12 @@ class Side:
 
 
 def split_output(text: str, thinking: bool) -> tuple[str, str]:
-    """(reasoning, answer) from a generated continuation."""
+    """(reasoning, answer) from a generated continuation. The reasoning is kept as the pipeline keeps it:
+    everything before `</think>`, including the newline before it."""
     text = text.split("<|im_end|>")[0].replace("<|endoftext|>", "")
     if thinking:
         reasoning, _, answer = text.partition("</think>")
-        return reasoning.strip(), answer.strip()
+        return reasoning, answer.strip()
     return "", text.strip()
 
 

@@ -29,7 +29,8 @@ SIDE_IDS = {"small": 1, "large": 2}
 @dataclass(frozen=True)
 class TrainConfig:
     """Recipe of one side. mix = (direct, think, transfer) shares of the batch. An optional second phase
-    (steps2 > 0) restarts the learning rate at lr2 (warm-up, cosine) with its own mix."""
+    (steps2 > 0) restarts the learning rate at lr2 (warm-up, cosine) with its own mix; an optional third
+    (steps3 > 0) also starts a fresh optimizer and drops the slot-reading loss."""
 
     steps: int
     batch: int
@@ -41,16 +42,28 @@ class TrainConfig:
     steps2: int = 0
     lr2: float = 0.0
     mix2: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    steps3: int = 0
+    lr3: float = 0.0
+    mix3: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def total_steps(self) -> int:
-        return self.steps + self.steps2
+        return self.steps + self.steps2 + self.steps3
+
+    def phase(self, step: int) -> tuple[int, float, tuple, int]:
+        """(steps, lr, mix, step within the phase) of the phase `step` is in."""
+        if step < self.steps:
+            return self.steps, self.lr, self.mix, step
+        if step < self.steps + self.steps2:
+            return self.steps2, self.lr2, self.mix2, step - self.steps
+        return self.steps3, self.lr3, self.mix3, step - self.steps - self.steps2
 
 
 RECIPES = {
     "small": TrainConfig(steps=600, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
     "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
                          steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2)),
+    # Tried (NOTES.md, step 7) and not shipped: steps3=300, lr3=5e-4, mix3=(0.3, 0.2, 0.5).
 }
 
 
@@ -93,7 +106,7 @@ def slot_targets(bars_list):
 def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int):
     samples = make_samples("train", cfg.batch, seed=seed * 1_000_003 + SIDE_IDS[side] * 100_000 + step)
     rng = np.random.default_rng([seed, SIDE_IDS[side], step])
-    mix = cfg.mix if step < cfg.steps else cfg.mix2
+    mix = cfg.phase(step)[2]
     modes = rng.choice(["direct", "think", "transfer"], size=len(samples), p=list(mix))
     items = [make_item(s, m, rng, cfg.corrupt) for s, m in zip(samples, modes)]
     batch = M.encode_batch(tok, items)
@@ -104,9 +117,7 @@ def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int):
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
-    lr, steps = cfg.lr, cfg.steps
-    if step >= cfg.steps:
-        lr, steps, step = cfg.lr2, cfg.steps2, step - cfg.steps
+    steps, lr, _, step = cfg.phase(step)
     if step < cfg.warmup:
         return lr * (step + 1) / cfg.warmup
     t = (step - cfg.warmup) / max(1, steps - cfg.warmup)
@@ -132,7 +143,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     from transformers import Qwen2VLForConditionalGeneration
 
     torch.set_num_threads(threads)
-    cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps, "steps2": 0})
+    cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps, "steps2": 0, "steps3": 0})
     out = pathlib.Path(out_dir)
     state_path = out / ".state" / f"{side}.pt"
     tok = M.build_tokenizer()
@@ -151,11 +162,15 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
         log.info("%s: resuming at step %d", side, start)
     model.train()
     t0, hist = time.time(), {"direct": [], "think": [], "transfer": []}
+    aux_weight = cfg.aux_weight if start < cfg.steps + cfg.steps2 or not cfg.steps3 else 0.0
     for step in range(start, cfg.total_steps):
+        if cfg.steps3 and step == cfg.steps + cfg.steps2:  # third phase: fresh optimizer, no slot loss
+            params, aux_weight = list(model.parameters()), 0.0
+            opt = torch.optim.AdamW(params, lr=cfg.lr3, weight_decay=0.01, betas=(0.9, 0.98))
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         batch, modes = make_batch(tok, side, cfg, seed, step)
-        loss, lm, aux, per_ex = _loss(model, head, batch, captured, cfg.aux_weight)
+        loss, lm, aux, per_ex = _loss(model, head, batch, captured, aux_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

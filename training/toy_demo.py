@@ -147,7 +147,8 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
 
     from . import demo_table as T
 
-    t0 = time.perf_counter()
+    t0, report = time.perf_counter(), say
+    say = lambda msg: report(f"({time.perf_counter() - t0:5.0f} s) {msg}")  # noqa: E731
     say(f"[1/5] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
     _, label_labels = label_split(cfg, "label", cfg.n_label, say)
     say("[2/5] train-router (cascade, LightGBM) + MLflow registration ...")

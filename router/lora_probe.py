@@ -94,6 +94,13 @@ class ProbeNet:
         lora = [p for p in self.vlm.model.parameters() if p.requires_grad]
         return lora + list(self.head.parameters())
 
+    def to(self, device, dtype=None) -> "ProbeNet":
+        """Move the VLM (and cast it to `dtype`, e.g. the small model's) and the head (kept float32) to `device`."""
+        self.vlm.model.to(device=device, dtype=dtype) if dtype is not None else self.vlm.model.to(device)
+        self.head.to(device)
+        self.feat_mean, self.feat_std = self.feat_mean.to(device), self.feat_std.to(device)
+        return self
+
     def train(self):
         self.vlm.model.train()
         self.head.train()
@@ -137,7 +144,8 @@ class ProbeNet:
     def feature_tensor(self, rows: list[dict]):
         import torch
 
-        x = torch.tensor([[_num(r.get(f)) for f in self.features] for r in rows], dtype=torch.float32)
+        x = torch.tensor([[_num(r.get(f)) for f in self.features] for r in rows], dtype=torch.float32,
+                         device=self.feat_mean.device)
         x = (x - self.feat_mean) / self.feat_std
         return torch.nan_to_num(x, nan=0.0).reshape(len(rows), len(self.features))
 
@@ -253,6 +261,9 @@ class LoRAProbeRouter(Router):
         """Extra decide() inputs at run time: the sample, and the small_direct prefill when it can be shared."""
         out = {"image": request.image, "question": request.question}
         small = stages.get(SMALL_DIRECT)
+        model = self.net.vlm.model
+        if (model.device, model.dtype) != (pipeline.small.model.device, pipeline.small.model.dtype):
+            self.net.to(pipeline.small.model.device, pipeline.small.model.dtype)  # run where the small model runs
         if small is not None and small.generation is not None and self._same_base(pipeline.small):
             gen, owner = small.generation, getattr(pipeline.small.model, "model", None)
             rope = getattr(owner, "rope_deltas", None)

@@ -94,3 +94,31 @@ def test_shared_hidden_equals_own_prefill(arch, tmp_path):
         via_cache = net.shared_hidden(shared, question)
     assert (own - base).abs().max() > 0.1  # the adapter matters ...
     assert torch.allclose(via_cache, own, atol=1e-5)  # ... and the shared pass still equals the own prefill
+
+
+@pytest.mark.slow
+def test_probe_follows_the_small_model_dtype(probe_parts, tmp_path):
+    """A bfloat16 small model: the probe casts itself to match, so the shared pass still works."""
+    import copy
+
+    import torch
+    from PIL import Image
+
+    from routedvlm.inference import VLM, CollaborativePipeline
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.router.lora_probe import LoRAProbeRouter, weights_hash
+
+    small, large, net = probe_parts
+    net = copy.deepcopy(net)
+    policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="cascade",
+                    paid_stages=["large_direct", "small_direct"], features=FEATURES, expected_cost_ms=COSTS, tau=0.5,
+                    fallback="large_reason", params={"base_model": str(small), "base_hash": weights_hash(small)})
+    pipe = CollaborativePipeline(VLM.from_pretrained(small, dtype="bfloat16"), VLM.from_pretrained(large),
+                                 min_new_tokens=2, max_direct_tokens=4, max_reason_tokens=12, k_grid=(8,))
+    vlm = RoutedVLM(pipe, LoRAProbeRouter(policy, net))
+    image, question = Image.new("RGB", (48, 32), (10, 140, 60)), "How many green bars are there?"
+    out = vlm.generate(image=image, question=question)
+    assert out.decision["error"] is None and out.decision["probe_shared_prefill"] is True
+    assert net.vlm.model.dtype == torch.bfloat16
+    own = vlm.router.decide({**out.decision["features"], "image": image, "question": question})
+    assert out.p_correct == pytest.approx(own.p_correct, abs=0.03)  # bfloat16 rounding

@@ -107,7 +107,7 @@ def train_and_register(cfg: DemoConfig, labels_path: Path, say):
     return result, info
 
 
-def run_live(routed, samples, say, name: str, progress: bool) -> list[dict]:
+def run_live(routed, samples, name: str, progress: bool) -> list[dict]:
     """Answer every sample through `routed` (a RoutedVLM); one record per sample."""
     from tqdm.auto import tqdm
 
@@ -142,9 +142,6 @@ def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
 
 def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
-    from routedvlm.data.loading import load_samples
-    from routedvlm.inference import RoutedVLM
-
     from . import demo_table as T
 
     t0, report = time.perf_counter(), say
@@ -156,22 +153,11 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     say(f"[3/5] labelling {cfg.n_eval} toy `eval` samples (for the single strategies, oracle and baselines) ...")
     eval_data, eval_labels = label_split(cfg, "eval", cfg.n_eval, say)
     eval_df = _read_ok(eval_labels)
-    ref = T.reference_ms(eval_df)
     routed, uri = load_routed(cfg, info, result.labels_hash)
     say(f"[4/5] RoutedVLM(router={uri!r}) on the {cfg.n_eval} eval samples ...")
-    samples = load_samples(str(eval_data), adapter="toyworld")
-    live = run_live(routed, samples, say, "RoutedVLM", cfg.progress)
-    # the live rows' speed-up reference is large_reason run live the same way (RoutedVLM with a fixed policy)
-    reference = run_live(RoutedVLM(routed.pipeline, router=LARGE_REASON), samples, say, LARGE_REASON, cfg.progress)
-    ref_live = float(sum(r["latency_ms"] for r in reference) / len(reference))
-    rows = [T.live_row("learned policy (RoutedVLM)", "learned", live, ref_live)]
-    if cfg.live_mutual_verification:
-        mv = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
-        mv_live = run_live(mv, samples, say, "mutual verification", cfg.progress)
-        rows.append(T.live_row(f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)", "baseline", mv_live, ref_live))
-    rows.append(T.live_row("large_reason (RoutedVLM)", "reference", reference, ref_live))
+    rows, live = live_rows(cfg, routed, eval_data, say)
     say("[5/5] the side-by-side table ...")
-    policy = routed.router.policy
+    policy, ref = routed.router.policy, T.reference_ms(eval_df)
     rows += [T.replay_row(routed.router, eval_df, ref), *T.label_rows(eval_df, list(policy.strategies), MV_KEEP_TOKENS, ref)]
     header = {"router": uri, "version": info.get("version"), "tracking_uri": info["tracking_uri"],
               "mode": policy.mode, "tau": policy.tau, "target_accuracy": cfg.target_accuracy,
@@ -179,6 +165,27 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
               "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1)}
     paths = T.write_outputs(Path(cfg.out), rows, header, T.learned_curve(routed.router, eval_df))
     return DemoResult(rows, header, {k: str(v) for k, v in paths.items()}, T.format_text(rows))
+
+
+def live_rows(cfg: DemoConfig, routed, eval_data: Path, say) -> tuple[list[dict], list[dict]]:
+    """(table rows measured live through RoutedVLM, the learned policy's per-sample records). The live rows'
+    speed-up reference is `large_reason` run live the same way (RoutedVLM with a fixed policy, same pipeline)."""
+    from routedvlm.data.loading import load_samples
+    from routedvlm.inference import RoutedVLM
+
+    from . import demo_table as T
+
+    samples = load_samples(str(eval_data), adapter="toyworld")
+    live = run_live(routed, samples, "RoutedVLM", cfg.progress)
+    reference = run_live(RoutedVLM(routed.pipeline, router=LARGE_REASON), samples, LARGE_REASON, cfg.progress)
+    ref_live = float(sum(r["latency_ms"] for r in reference) / len(reference))
+    rows = [T.live_row("learned policy (RoutedVLM)", "learned", live, ref_live)]
+    if cfg.live_mutual_verification:
+        mv = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
+        mv_live = run_live(mv, samples, "mutual verification", cfg.progress)
+        rows.append(T.live_row(f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)", "baseline", mv_live, ref_live))
+    rows.append(T.live_row("large_reason (RoutedVLM)", "reference", reference, ref_live))
+    return rows, live
 
 
 def _read_ok(path: Path):

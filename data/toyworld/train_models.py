@@ -30,7 +30,8 @@ SIDE_IDS = {"small": 1, "large": 2}
 class TrainConfig:
     """Recipe of one side. mix = (direct, think, transfer) shares of the batch. An optional second phase
     (steps2 > 0) restarts the learning rate at lr2 (warm-up, cosine) with its own mix; an optional third
-    (steps3 > 0) also starts a fresh optimizer and drops the slot-reading loss."""
+    (steps3 > 0) also starts a fresh optimizer and drops the slot-reading loss; it may use its own mix on hard
+    samples and, for transfer examples, the trained small model's own reasoning as the hint (`self_hints3`)."""
 
     steps: int
     batch: int
@@ -45,6 +46,9 @@ class TrainConfig:
     steps3: int = 0
     lr3: float = 0.0
     mix3: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    mix3_hard: tuple[float, float, float] | None = None  # phase-3 mix on hard samples (N >= 5); None = mix3
+    self_hints3: int = 0  # > 0: phase-3 transfer hints are the small checkpoint's own greedy reasoning on a pool
+    corrupt3: float = 0.0  # of this many train samples; synthetic corruption share on top of them
 
     @property
     def total_steps(self) -> int:
@@ -103,17 +107,52 @@ def slot_targets(bars_list):
     return out.reshape(-1)
 
 
-def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int):
+def make_batch(tok, side: str, cfg: TrainConfig, seed: int, step: int, hints=None):
     samples = make_samples("train", cfg.batch, seed=seed * 1_000_003 + SIDE_IDS[side] * 100_000 + step)
     rng = np.random.default_rng([seed, SIDE_IDS[side], step])
     mix = cfg.phase(step)[2]
     modes = rng.choice(["direct", "think", "transfer"], size=len(samples), p=list(mix))
-    items = [make_item(s, m, rng, cfg.corrupt) for s, m in zip(samples, modes)]
+    in_phase3 = cfg.steps3 > 0 and step >= cfg.steps + cfg.steps2
+    if in_phase3 and cfg.mix3_hard is not None:
+        hard_modes = rng.choice(["direct", "think", "transfer"], size=len(samples), p=list(cfg.mix3_hard))
+        modes = np.where([s.hard for s in samples], hard_modes, modes)
+    items = [make_hint_item(s, hints, rng, cfg.corrupt3) if in_phase3 and hints and m == "transfer"
+             else make_item(s, m, rng, cfg.corrupt) for s, m in zip(samples, modes)]
     batch = M.encode_batch(tok, items)
     import torch
 
-    batch["slots"] = torch.from_numpy(slot_targets([s.bars for s in samples]))
+    batch["slots"] = torch.from_numpy(slot_targets([it[0] for it in items]))
     return batch, modes
+
+
+def make_hint_item(sample, hints, rng, corrupt: float):
+    """A transfer example whose hint is the small model's own reasoning on a pool sample of the same hardness
+    (`hints[hard]` = list of (sample, reasoning)); `corrupt` of them get a synthetic wrong trace instead."""
+    pool = hints[sample.hard]
+    other, reasoning = pool[int(rng.integers(len(pool)))]
+    if rng.random() < corrupt:
+        reasoning = corrupt_reasoning(other.bars, rng) + "\n"
+    k = HINT_PREFIXES[int(rng.integers(len(HINT_PREFIXES)))]
+    hint = reasoning if k is None else reasoning[:k]
+    tail = other.answer + "<|im_end|>"
+    return other.bars, M.prompt_text(M.transfer_question(other.question, hint), False), tail, len(other.answer) + 1
+
+
+def small_hints(out: pathlib.Path, seed: int, n: int) -> dict[bool, list]:
+    """The saved small model's greedy reasoning (kept as the pipeline keeps it) on `n` train samples, batched,
+    split by hardness: {hard: [(sample, reasoning), ...]}. Deterministic in (small checkpoint, seed, n)."""
+    from .quick_eval import Side, run_strategy
+
+    if not (out / "small" / "config.json").exists():
+        raise FileNotFoundError(f"phase 3 needs the trained small model in {out / 'small'}; train it first")
+    pool = make_samples("train", n, seed=seed * 1_000_003 + 3 * 100_000)
+    outs = run_strategy(Side(out / "small"), pool, [s.question for s in pool], True, batch=250)
+    hints = {False: [], True: []}
+    for s, (reasoning, answer) in zip(pool, outs):
+        hints[s.hard].append((s, reasoning))
+    right = np.mean([a == s.answer for s, (_, a) in zip(pool, outs)])
+    log.info("small hints: %d train samples, small_reason accuracy %.1f %%", n, 100 * right)
+    return hints
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -163,13 +202,16 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     model.train()
     t0, hist = time.time(), {"direct": [], "think": [], "transfer": []}
     aux_weight = cfg.aux_weight if start < cfg.steps + cfg.steps2 or not cfg.steps3 else 0.0
+    hints = None
     for step in range(start, cfg.total_steps):
         if cfg.steps3 and step == cfg.steps + cfg.steps2:  # third phase: fresh optimizer, no slot loss
             params, aux_weight = list(model.parameters()), 0.0
             opt = torch.optim.AdamW(params, lr=cfg.lr3, weight_decay=0.01, betas=(0.9, 0.98))
+        if cfg.self_hints3 and hints is None and step >= cfg.steps + cfg.steps2:
+            hints = small_hints(out, seed, cfg.self_hints3)
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
-        batch, modes = make_batch(tok, side, cfg, seed, step)
+        batch, modes = make_batch(tok, side, cfg, seed, step, hints)
         loss, lm, aux, per_ex = _loss(model, head, batch, captured, aux_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -108,7 +108,8 @@ def write_outputs(out: Path, rows: list[dict], header: dict, curve: pd.DataFrame
     paths = {"json": out / "table.json", "markdown": out / "table.md", "plot": out / "plot.png"}
     paths["json"].write_text(json.dumps({**header, "latency_note": LATENCY_NOTE, "rows": rows}, indent=2,
                                         default=_jsonable) + "\n")
-    intro = "\n".join(f"- {k}: {v}" for k, v in header.items() if not isinstance(v, (dict, list)))
+    intro = "\n".join(f"- {k}: {f'{v:.4g}' if isinstance(v, float) else v}" for k, v in header.items()
+                      if not isinstance(v, (dict, list)))
     paths["markdown"].write_text(f"# routedvlm demo (toy world)\n\n{intro}\n\n{LATENCY_NOTE}\n\n{format_markdown(rows)}\n")
     _plot(rows, curve, header, paths["plot"])
     return paths

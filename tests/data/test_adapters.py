@@ -214,7 +214,7 @@ def test_docvqa_config_picks_infographicvqa():
 def test_unknown_ids_and_adapters_are_reported():
     with pytest.raises(DatasetError, match=r"^Unknown data set 'someone/else': .*Known hub ids: .*lmms-lab/MMMU"):
         resolve_adapter("someone/else")
-    with pytest.raises(ConfigError, match=r"^The `adapter` must be one of 'ai2d', .* or 'textvqa'; got 'nope'"):
+    with pytest.raises(ConfigError, match=r"^The `adapter` must be one of 'ai2d', .* or 'toyworld'; got 'nope'"):
         resolve_adapter("x", adapter="nope")
 
 

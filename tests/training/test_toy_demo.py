@@ -119,3 +119,16 @@ def test_train_router_without_data_trains_on_the_bundled_labels_and_says_so(tmp_
     assert f"from the embedded toy labels {embedded_labels_path()}" in err
     assert "embedded toy labels: feature columns that are constant on the toy task are dropped" in err
     assert (tmp_path / "r" / "router" / "policy.json").is_file()
+
+
+def test_toy_data_sets_are_read_by_the_toyworld_adapter_with_the_bare_question(tmp_path):
+    from routedvlm.data.loading import load_samples_with_source
+    from routedvlm.data.toyworld.make_labels import write_split
+    from routedvlm.data.toyworld.task import make_samples
+
+    path = write_split("eval", 3, 0, tmp_path)
+    samples, source = load_samples_with_source(str(path))  # detected from its columns
+    truth = make_samples("eval", 3, 0)
+    assert source.adapter == "toyworld" and [s.prompt for s in samples] == [t.question for t in truth]
+    assert [s.references for s in samples] == [[t.answer] for t in truth]
+    assert samples[0].score(truth[0].answer) == 1.0 and samples[0].score("0") == 0.0

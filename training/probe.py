@@ -148,14 +148,15 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
         ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features,
                                                         policy.paid_stages, job.labels_hash, ev))
     ev["split"] = split.sizes()
-    ev["probe"] = {"cost_ms_mean": float(cost.mean()), "own_ms_mean": float(own_ms.mean()), "shared_ms_mean": shared_ms,
+    ev["probe"] = {"cost_ms_mean": float(cost.mean()), "own_ms_mean": float(own_ms.mean()),
+                   "own_ms_median": float(np.median(own_ms)), "shared_ms_median": shared_ms,
                    "shared_prefill": SMALL_DIRECT in policy.paid_stages, "shared_max_abs_diff": shared_diff,
                    "initial_train_loss": state["initial_loss"], "final_train_loss": state["final_loss"],
                    "train_losses": state["losses"], "calibration_loss": state["calibration_loss"],
                    "resumed_from": state.get("resumed_from")}
     policy.metrics = {**_policy_metrics(ev), "probe_cost_ms_mean": float(cost.mean()),
                       "calibration_loss": state["calibration_loss"]}
-    policy.params.update({"probe_ms": {"own_mean": float(own_ms.mean()), "shared_mean": shared_ms},
+    policy.params.update({"probe_ms": {"own_median": float(np.median(own_ms)), "shared_median": shared_ms},
                           "training": {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "seed": c.seed,
                                        "train_losses": state["losses"]}})
     return ev

@@ -2,8 +2,8 @@
 LightGBM router fitted on the same split, side by side in one table.
 
 Probe cost per sample (added to every row that uses the probe's P(correct): the learned policy, the binary
-baseline, the curve): the measured time of its own pass (encode + prefill + head) on each test sample, or, when
-the policy pays `small_direct` (RoutedVLM then shares that prefill), the measured time of the shared pass.
+baseline, the curve): the median measured time of its own pass (encode + prefill + head) over the test samples,
+or, when the policy pays `small_direct` (RoutedVLM then shares that prefill), the median time of the shared pass.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def predict_table(net, df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
 
 
 def shared_cost_ms(net, df: pd.DataFrame, n: int = 8) -> tuple[float, float]:
-    """(mean ms of the shared pass, max |P shared - P own|) on up to `n` rows: the small model's direct-prompt cache
+    """(median ms of the shared pass, max |P shared - P own|) on up to `n` rows: the small model's direct-prompt cache
     is made by a base prefill (adapter off), as RoutedVLM's small_direct stage leaves it."""
     import contextlib
 
@@ -62,11 +62,14 @@ def shared_cost_ms(net, df: pd.DataFrame, n: int = 8) -> tuple[float, float]:
         p_shared, used = net.p_correct(r, shared)
         ms.append((time.perf_counter() - t0) * 1000)
         diff = max(diff, float(np.abs(p_shared - net.p_correct(r)[0]).max()))
-    return float(np.mean(ms)) if ms else 0.0, diff
+    return float(np.median(ms)) if ms else 0.0, diff
 
 
 def probe_cost(policy, own_ms: np.ndarray, shared_ms: float) -> np.ndarray:
-    return np.full(len(own_ms), shared_ms) if SMALL_DIRECT in policy.paid_stages else own_ms
+    """Per test row: the median of the measured own-pass times (robust to other jobs' bursts on a shared machine;
+    the pass does the same work on every sample of a data set), or the shared pass's when small_direct is paid."""
+    cost = shared_ms if SMALL_DIRECT in policy.paid_stages else float(np.median(own_ms)) if len(own_ms) else 0.0
+    return np.full(len(own_ms), cost)
 
 
 def add_probe_cost(ev: dict, router, test: pd.DataFrame, cost: np.ndarray, name: str = "lora-probe") -> dict:
@@ -132,8 +135,8 @@ def side_by_side(ev: dict, comparison: dict | None) -> dict:
 def summary_line(ev: dict) -> str:
     probe = ev.get("probe", {})
     text = (f"probe: {probe.get('cost_ms_mean', float('nan')):.1f} ms per sample included "
-            f"(shared small_direct prefill: {'yes' if probe.get('shared_prefill') else 'no'}; own pass "
-            f"{probe.get('own_ms_mean', float('nan')):.1f} ms, shared pass {probe.get('shared_ms_mean', float('nan')):.1f} ms)")
+            f"(shared small_direct prefill: {'yes' if probe.get('shared_prefill') else 'no'}; median own pass "
+            f"{probe.get('own_ms_median', float('nan')):.1f} ms, shared pass {probe.get('shared_ms_median', float('nan')):.1f} ms)")
     if "comparison" in ev:
         text += f"; AUC lora-probe {ev['auc']:.3f} vs lightgbm {ev['comparison']['lightgbm']['auc']:.3f}"
     return text

@@ -12,6 +12,7 @@ import argparse
 import pathlib
 import sys
 import tempfile
+import textwrap
 import time
 
 EPILOG = """examples:
@@ -124,7 +125,7 @@ def _toy(args) -> None:
     h = res.header
     print(f"\n=== toy world, eval split: {h['n_eval']} samples (router {h['router']} v{h['version']}, {h['mode']}, "
           f"tau={h['tau']:.3f}; trained on {h['n_label']} labelled samples)")
-    print(f"note: {LATENCY_NOTE}")
+    print(textwrap.fill(f"note: {LATENCY_NOTE}", width=110, subsequent_indent="      "))
     print(f"live RoutedVLM end-to-end wall clock per request (incl. Python overhead): {h['live_wall_mean_ms']:.1f} ms mean; "
           f"fallback decisions: {h['live_fallbacks']}\n")
     print(res.table)

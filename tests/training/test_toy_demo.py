@@ -132,3 +132,20 @@ def test_toy_data_sets_are_read_by_the_toyworld_adapter_with_the_bare_question(t
     assert source.adapter == "toyworld" and [s.prompt for s in samples] == [t.question for t in truth]
     assert [s.references for s in samples] == [[t.answer] for t in truth]
     assert samples[0].score(truth[0].answer) == 1.0 and samples[0].score("0") == 0.0
+
+
+@pytest.mark.slow
+def test_make_labels_cli_labels_a_toy_split_with_the_toy_settings(tmp_path, capsys):
+    from routedvlm.data.labels import read_labels
+    from routedvlm.data.toyworld import make_labels
+
+    out = tmp_path / "eval-labels.parquet"
+    rc = make_labels.main(["--out", str(out), "--split", "eval", "--n", "3", "--workdir", str(tmp_path / "data"),
+                           "--no-progress"])
+    assert rc == 0 and f"wrote 3 samples to {out}" in capsys.readouterr().out
+    df, meta = read_labels(out)
+    assert list(df["sample_id"]) == [f"toy-eval-0-{i:06d}" for i in range(3)]
+    assert meta["strategies"] == STRATEGIES and meta["sample_source"]["adapter"] == "toyworld"
+    assert (tmp_path / "data" / "toy-eval-n3-seed0.parquet").is_file()
+    with pytest.raises(ConfigError, match=r"^The `n` setting must be a positive number of samples\. Got 0 instead\.$"):
+        make_labels.main(["--out", str(tmp_path / "x.parquet"), "--n", "0"])

@@ -51,6 +51,9 @@ class DemoConfig:
         if self.n_label < MIN_N_LABEL:
             raise ConfigError(f"The `n_label` setting must be at least {MIN_N_LABEL} (train-router needs 40 train, "
                               f"20 calibration and 20 test rows). Got {self.n_label!r} instead.")
+        if not 0.0 < float(self.target_accuracy) <= 1.0:
+            raise ConfigError(f"The `target_accuracy` setting must be in (0, 1], a fraction of the best single "
+                              f"strategy's accuracy. Got {self.target_accuracy!r} instead.")
         if self.n_eval < 1:
             raise ConfigError(f"The `n_eval` setting must be a positive number of samples. Got {self.n_eval!r} instead.")
 

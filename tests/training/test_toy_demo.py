@@ -72,6 +72,8 @@ def test_demo_config_needs_enough_label_samples_for_train_router():
 
     with pytest.raises(ConfigError, match=r"^The `n_label` setting must be at least 80 .* Got 20 instead\.$"):
         DemoConfig(n_label=20)
+    with pytest.raises(ConfigError, match=r"^The `target_accuracy` setting must be in \(0, 1\].* Got 1\.5 instead\.$"):
+        DemoConfig(target_accuracy=1.5)
     assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
     assert (DemoConfig().n_label, DemoConfig().n_eval) == (300, 150)
 

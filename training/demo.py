@@ -111,14 +111,13 @@ def _random(args) -> None:
 
 
 def _toy(args) -> None:
-    import logging
     import os
 
     from .toy_demo import DemoConfig, run_toy_demo
     from .demo_table import LATENCY_NOTE
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")  # its INFO/WARNING lines are noise in the demo
     skip = {"random", "workdir", "arch", "selector", "keep_tokens"}
     cfg = DemoConfig(**{k: v for k, v in vars(args).items() if k not in skip})
     res = run_toy_demo(cfg, say=lambda msg: print(msg, flush=True))

@@ -13,7 +13,6 @@ export TOKENIZERS_PARALLELISM := false
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --upgrade pip
 	$(VENV)/bin/pip install -r requirements.txt
 	$(VENV)/bin/pip install --no-deps -e .
 	$(VENV)/bin/pip check

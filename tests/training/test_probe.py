@@ -148,6 +148,8 @@ def test_decide_needs_the_sample(probe_run):
         probe_run.router.decide({k: v for k, v in row.items() if k != "image"})
     with pytest.raises(RouterError, match=r"^The lora-probe router reads the sample itself"):
         probe_run.router.decide({**row, "question": "  "})
+    as_list = {**{k: v for k, v in row.items() if k != "image"}, "images": [row["image"]]}
+    assert probe_run.router.decide(as_list) == probe_run.router.decide(row)
 
 
 def test_samples_need_a_source():

@@ -122,3 +122,22 @@ def test_probe_follows_the_small_model_dtype(probe_parts, tmp_path):
     assert net.vlm.model.dtype == torch.bfloat16
     own = vlm.router.decide({**out.decision["features"], "image": image, "question": question})
     assert out.p_correct == pytest.approx(own.p_correct, abs=0.03)  # bfloat16 rounding
+
+
+def test_head_only_probe_round_trip(probe_parts, tmp_path):
+    """lora_r=0: no adapter folder; load_router rebuilds the same head-only probe."""
+    from PIL import Image
+
+    from routedvlm.router import load_router
+    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base, weights_hash
+
+    small = probe_parts[0]
+    policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="one-shot", features=[],
+                    expected_cost_ms=COSTS, tau=0.5, fallback="large_reason",
+                    params={"base_model": str(small), "base_hash": weights_hash(small)})
+    router = LoRAProbeRouter(policy, ProbeNet(load_base(small), STRATEGIES, [], lora_r=0, seed=1))
+    folder = router.save(tmp_path / "head-only")
+    assert not (folder / "adapter").exists() and router.policy.params["adapter"] is None
+    loaded = load_router(folder)
+    sample = {"image": Image.new("RGB", (40, 24), (0, 90, 200)), "question": "Which bar is tallest?"}
+    assert loaded.net.peft is None and loaded.decide(sample) == router.decide(sample)

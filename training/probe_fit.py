@@ -114,23 +114,27 @@ def load_checkpoint(path: Path, net, optimizer, expected: dict) -> dict:
     return state
 
 
+def _start_state(net, optimizer, checkpoints: Path, resume: bool, identity: dict) -> dict:
+    """A fresh training state, or (with `resume`) the last checkpoint's, loaded into `net` and `optimizer`."""
+    last = latest_checkpoint(checkpoints) if resume else None
+    if resume and last is None:
+        log.warning("--resume: no checkpoint in %s; training from the start", checkpoints)
+    if last is None:
+        return {"losses": [], "initial_loss": None, "resumed_from": None, **identity}
+    state = {**load_checkpoint(last, net, optimizer, identity), "resumed_from": last.name}
+    log.info("resumed from %s (epoch %d)", last, state["epoch"])
+    return state
+
+
 def fit_probe(net, train_items, *, epochs: int, lr: float, batch_size: int, seed: int, checkpoints: Path,
               resume: bool, identity: dict, progress: bool = True) -> dict:
     """Train in place; returns {"losses": [mean train loss per epoch], "initial_loss", "resumed_from"}."""
     import torch
     from tqdm.auto import tqdm
 
-    params = net.trainable()
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    state = {"losses": [], "initial_loss": None, "resumed_from": None, **identity}
-    start = 0
-    last = latest_checkpoint(checkpoints) if resume else None
-    if resume and last is None:
-        log.warning("--resume: no checkpoint in %s; training from the start", checkpoints)
-    if last is not None:
-        state = {**load_checkpoint(last, net, optimizer, identity), "resumed_from": last.name}
-        start = state["epoch"]
-        log.info("resumed from %s (epoch %d of %d)", last, start, epochs)
+    optimizer = torch.optim.AdamW(net.trainable(), lr=lr, weight_decay=0.0)
+    state = _start_state(net, optimizer, checkpoints, resume, identity)
+    start = state.get("epoch", 0)
     if state["initial_loss"] is None:
         state["initial_loss"] = mean_loss(net, train_items)
     for epoch in range(start + 1, epochs + 1):

@@ -65,9 +65,12 @@ class TrainConfig:
 
 RECIPES = {
     "small": TrainConfig(steps=600, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
+    # Phase 3 (NOTES.md, step 8): no direct examples on hard samples; transfer hints = the small's own reasoning.
     "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
-                         steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2)),
-    # Tried (NOTES.md, step 7) and not shipped: steps3=300, lr3=5e-4, mix3=(0.3, 0.2, 0.5).
+                         steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2),
+                         steps3=300, lr3=5e-4, mix3=(0.3, 0.3, 0.4), mix3_hard=(0.0, 0.4, 0.6),
+                         self_hints3=4000, corrupt3=0.1),
+    # Tried (NOTES.md, step 7) and not shipped: steps3=300, lr3=5e-4, mix3=(0.3, 0.2, 0.5) with synthetic hints.
 }
 
 
@@ -196,8 +199,12 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     start = 0
     if state_path.exists():
         state = torch.load(state_path, weights_only=True)
-        model.load_state_dict(state["model"]), head.load_state_dict(state["head"]), opt.load_state_dict(state["opt"])
+        model.load_state_dict(state["model"]), head.load_state_dict(state["head"])
         start = state["step"]
+        if cfg.steps3 and start > cfg.steps + cfg.steps2:  # phase 3's optimizer holds the model's parameters only
+            params = list(model.parameters())
+            opt = torch.optim.AdamW(params, lr=cfg.lr3, weight_decay=0.01, betas=(0.9, 0.98))
+        opt.load_state_dict(state["opt"])
         log.info("%s: resuming at step %d", side, start)
     model.train()
     t0, hist = time.time(), {"direct": [], "think": [], "transfer": []}

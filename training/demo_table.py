@@ -21,13 +21,14 @@ from .evaluate import area_under_curve, label_strategies, mutual_verification_ro
 LATENCY_NOTE = (
     "latency = sum of the wall-clock ms (vision + prefill + decode) of the stage records a policy needs on a sample; "
     "speed-up = mean latency of large_reason measured by the same source / the row's. "
-    "source `live`: RoutedVLM's own trace, run now on this machine (`RoutedOutput.latency_ms`: the stages that ran, "
-    "incl. the two-stage escalation from the cached prefix, + feature and decision time). "
-    "source `labels`: the labeller's stage records for the same samples, composed per strategy as if it ran alone "
-    "(data/latency.py); a cascade pays large_direct (+ small_direct if needed) + the escalate_K increment. "
-    "The labeller shares work through a prompt trie, so one strategy's prompt is prefilled in several calls; with "
-    "models this small a call's fixed cost dominates, which makes `labels` latencies higher than `live` ones: compare "
-    "a live row with its `(replayed)` twin, and speed-ups within one source.")
+    "source `live`: RoutedVLM's own trace (`RoutedOutput.latency_ms`: the stages that ran, incl. the two-stage "
+    "escalation from the cached prefix, + feature and decision time). "
+    "source `labels`: the labeller's stage records (`label_sample`, as in `routedvlm label`) for the same samples, "
+    "composed per strategy as if it ran alone (data/latency.py); a cascade pays large_direct (+ small_direct if "
+    "needed) + the escalate_K increment. Both are measured per sample back to back, under the same load. The "
+    "labeller shares work through a prompt trie, so a strategy's prompt is prefilled in several calls; with models "
+    "this small a call's fixed cost dominates and `labels` latencies run higher than `live` ones: compare a live row "
+    "with its `(replayed)` twin (same decisions) and speed-ups within one source.")
 
 
 def reference_ms(eval_df: pd.DataFrame) -> float | None:

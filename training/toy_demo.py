@@ -2,8 +2,8 @@
 
 `run_toy_demo(DemoConfig(...), say)` is what `routedvlm demo` runs; every step is the product's own code path
 (`run_labelling`, `train_router` + `track`, `RoutedVLM.from_pretrained(..., router="models:/<name>@champion")`).
-The eval split is labelled too, so every single strategy, the oracle and mutual verification are scored on the
-same samples as the live RoutedVLM rows (`demo_table.py` says how the latencies compare).
+On the eval split each sample is first run through every strategy by the labeller's `label_sample` and then
+answered live by RoutedVLM, back to back, so both latency sources see the same machine load (`demo_table.py`).
 """
 from __future__ import annotations
 
@@ -110,19 +110,41 @@ def train_and_register(cfg: DemoConfig, labels_path: Path, say):
     return result, info
 
 
-def run_live(routed, samples, name: str, progress: bool) -> list[dict]:
-    """Answer every sample through `routed` (a RoutedVLM); one record per sample."""
+def live_one(routed, sample) -> dict:
+    """Answer one sample through `routed` (a RoutedVLM): its record (correct, latency_ms, strategy, wall_ms, ...)."""
+    t0 = time.perf_counter()
+    out = routed.generate(image=sample.images[0], question=sample.prompt)
+    wall = (time.perf_counter() - t0) * 1000
+    return {"sample_id": sample.sample_id, "answer": out.text, "correct": bool(sample.score(out.text) >= 0.5),
+            "strategy": out.strategy, "latency_ms": float(out.latency_ms), "wall_ms": wall, "fallback": bool(out.fallback)}
+
+
+def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, out: Path):
+    """Per eval sample: the labeller's run of every strategy (`label_sample`, what `routedvlm label` runs, on the
+    same pipeline) and then each RoutedVLM in `routers` ({row name: RoutedVLM}), back to back, so both sources see
+    the same machine load. Returns (eval labels table, {row name: [records]}); the table is written to `out`."""
+    import json
+
+    import pandas as pd
     from tqdm.auto import tqdm
 
-    records = []
-    for s in tqdm(samples, desc=name, unit="sample", disable=not progress, dynamic_ncols=True):
-        t0 = time.perf_counter()
-        out = routed.generate(image=s.images[0], question=s.prompt)
-        wall = (time.perf_counter() - t0) * 1000
-        records.append({"sample_id": s.sample_id, "answer": out.text, "correct": bool(s.score(out.text) >= 0.5),
-                        "strategy": out.strategy, "latency_ms": float(out.latency_ms), "wall_ms": wall,
-                        "fallback": bool(out.fallback)})
-    return records
+    from routedvlm.data.label_table import build_table
+    from routedvlm.data.labelling import label_sample
+    from routedvlm.data.labels import write_labels
+
+    pipe = next(iter(routers.values())).pipeline
+    rows, records = [], {name: [] for name in routers}
+    for s in tqdm(samples, desc="eval", unit="sample", disable=not cfg.progress, dynamic_ncols=True):
+        row = {"sample_id": s.sample_id, "dataset": s.dataset, "task_type": s.task_type, "question": s.prompt,
+               "reference": json.dumps(s.references)}
+        rows.append({**row, **label_sample(pipe, s, strategies, 0.5)})
+        for name, routed in routers.items():
+            records[name].append(live_one(routed, s))
+    table = build_table(pd.DataFrame(rows), strategies)
+    write_labels(table, out, {"strategies": list(strategies), "candidates": list(strategies), "selector": "prefix",
+                              "k_grid": list(pipe.k_grid), "latency_source": "wall-clock",
+                              "written_by": "routedvlm demo (eval split, interleaved with RoutedVLM)"})
+    return table, records
 
 
 def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
@@ -149,46 +171,57 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
 
     t0, report = time.perf_counter(), say
     say = lambda msg: report(f"({time.perf_counter() - t0:5.0f} s) {msg}")  # noqa: E731
-    say(f"[1/5] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
+    say(f"[1/4] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
     _, label_labels = label_split(cfg, "label", cfg.n_label, say)
-    say("[2/5] train-router (cascade, LightGBM) + MLflow registration ...")
+    say("[2/4] train-router (cascade, LightGBM) + MLflow registration ...")
     result, info = train_and_register(cfg, label_labels, say)
-    say(f"[3/5] labelling {cfg.n_eval} toy `eval` samples (for the single strategies, oracle and baselines) ...")
-    eval_data, eval_labels = label_split(cfg, "eval", cfg.n_eval, say)
-    eval_df = _read_ok(eval_labels)
     routed, uri = load_routed(cfg, info, result.labels_hash)
-    say(f"[4/5] RoutedVLM(router={uri!r}) on the {cfg.n_eval} eval samples ...")
-    rows, live = live_rows(cfg, routed, eval_data, say)
-    say("[5/5] the side-by-side table ...")
+    say(f"[3/4] {cfg.n_eval} toy `eval` samples: every strategy (the labeller), then RoutedVLM(router={uri!r})"
+        + (", mutual verification" if cfg.live_mutual_verification else "") + " and large_reason live, per sample ...")
+    eval_df, live = eval_split(cfg, routed)
+    say("[4/4] the side-by-side table ...")
     policy, ref = routed.router.policy, T.reference_ms(eval_df)
-    rows += [T.replay_row(routed.router, eval_df, ref), *T.label_rows(eval_df, list(policy.strategies), MV_KEEP_TOKENS, ref)]
+    rows = live_rows(live, T) + [T.replay_row(routed.router, eval_df, ref),
+                                 *T.label_rows(eval_df, list(policy.strategies), MV_KEEP_TOKENS, ref)]
+    learned = live[LEARNED]
     header = {"router": uri, "version": info.get("version"), "tracking_uri": info["tracking_uri"],
               "mode": policy.mode, "tau": policy.tau, "target_accuracy": cfg.target_accuracy,
-              "n_label": cfg.n_label, "n_eval": len(eval_df), "live_fallbacks": sum(r["fallback"] for r in live),
+              "n_label": cfg.n_label, "n_eval": len(eval_df), "live_fallbacks": sum(r["fallback"] for r in learned),
               "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1)}
     paths = T.write_outputs(Path(cfg.out), rows, header, T.learned_curve(routed.router, eval_df))
     return DemoResult(rows, header, {k: str(v) for k, v in paths.items()}, T.format_text(rows))
 
 
-def live_rows(cfg: DemoConfig, routed, eval_data: Path, say) -> tuple[list[dict], list[dict]]:
-    """(table rows measured live through RoutedVLM, the learned policy's per-sample records). The live rows'
-    speed-up reference is `large_reason` run live the same way (RoutedVLM with a fixed policy, same pipeline)."""
+LEARNED = "learned policy (RoutedVLM)"
+MUTUAL = f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)"
+REFERENCE = "large_reason (RoutedVLM)"
+
+
+def eval_split(cfg: DemoConfig, routed):
+    """(eval labels without failed rows, {live row name: records}) for `cfg.n_eval` toy `eval` samples."""
     from routedvlm.data.loading import load_samples
+    from routedvlm.data.toyworld.make_labels import TOY_K_GRID, write_split
     from routedvlm.inference import RoutedVLM
+    from routedvlm.router.strategies import default_strategies
 
-    from . import demo_table as T
-
-    samples = load_samples(str(eval_data), adapter="toyworld")
-    live = run_live(routed, samples, "RoutedVLM", cfg.progress)
-    reference = run_live(RoutedVLM(routed.pipeline, router=LARGE_REASON), samples, LARGE_REASON, cfg.progress)
-    ref_live = float(sum(r["latency_ms"] for r in reference) / len(reference))
-    rows = [T.live_row("learned policy (RoutedVLM)", "learned", live, ref_live)]
+    out = Path(cfg.out)
+    dataset = write_split("eval", cfg.n_eval, cfg.seed, out / "data")
+    samples = load_samples(str(dataset), adapter="toyworld")
+    routers = {LEARNED: routed}
     if cfg.live_mutual_verification:
-        mv = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
-        mv_live = run_live(mv, samples, "mutual verification", cfg.progress)
-        rows.append(T.live_row(f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)", "baseline", mv_live, ref_live))
-    rows.append(T.live_row("large_reason (RoutedVLM)", "reference", reference, ref_live))
-    return rows, live
+        routers[MUTUAL] = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
+    routers[REFERENCE] = RoutedVLM(routed.pipeline, router=LARGE_REASON)
+    _fresh(out / "labels-eval.parquet")
+    _, live = evaluate_interleaved(cfg, routers, samples, default_strategies(TOY_K_GRID), out / "labels-eval.parquet")
+    return _read_ok(out / "labels-eval.parquet"), live
+
+
+def live_rows(live: dict, T) -> list[dict]:
+    """Table rows of the live records; their speed-up reference is `large_reason` run live the same way
+    (RoutedVLM with a fixed policy on the same pipeline)."""
+    ref = float(sum(r["latency_ms"] for r in live[REFERENCE]) / len(live[REFERENCE]))
+    kinds = {LEARNED: "learned", MUTUAL: "baseline", REFERENCE: "reference"}
+    return [T.live_row(name, kinds[name], records, ref) for name, records in live.items()]
 
 
 def _read_ok(path: Path):

@@ -48,7 +48,7 @@ def test_quick_demo_prints_and_writes_the_side_by_side_table(quick_demo):
     assert (out / "plot.png").stat().st_size > 10_000 and (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
     md = (out / "table.md").read_text()
     assert all(f"| {n} |" in md for n in expected)
-    for text in ("[1/5] labelling 80 toy `label` samples", "registered vlm-router version 1 as champion",
+    for text in ("[1/4] labelling 80 toy `label` samples", "registered vlm-router version 1 as champion",
                  "learned policy (RoutedVLM)", "oracle", "note: latency = sum"):
         assert text in stdout, text
 
@@ -65,6 +65,10 @@ def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
     table = json.loads((out / "table.json").read_text())
     assert set(table["rows"][0]["mix"]) <= set(router.policy.strategies)
     assert table["router"] == "models:/vlm-router@champion" and table["version"] == "1"
+    eval_df, eval_meta = read_labels(out / "labels-eval.parquet")  # measured interleaved with the live rows
+    assert len(eval_df) == 24 and eval_meta["strategies"] == STRATEGIES and eval_df["error"].isna().all()
+    live, replay = table["rows"][0], table["rows"][3]
+    assert (live["accuracy"], live["mix"]) == (replay["accuracy"], replay["mix"])  # same decisions, live and replayed
 
 
 def test_demo_config_needs_enough_label_samples_for_train_router():

@@ -140,9 +140,14 @@ def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, ou
         rows.append({**row, **label_sample(pipe, s, strategies, 0.5)})
         for name, routed in routers.items():
             records[name].append(live_one(routed, s))
+    from routedvlm.data.label_meta import model_revision
+    from routedvlm.data.toyworld.make_labels import checkpoint_pair
+
     table = build_table(pd.DataFrame(rows), strategies)
+    models = {side: {"name": str(p), "revision": model_revision(p)}
+              for side, p in zip(("small", "large"), checkpoint_pair(cfg.checkpoints))}
     write_labels(table, out, {"strategies": list(strategies), "candidates": list(strategies), "selector": "prefix",
-                              "k_grid": list(pipe.k_grid), "latency_source": "wall-clock",
+                              "k_grid": list(pipe.k_grid), "latency_source": "wall-clock", "models": models,
                               "written_by": "routedvlm demo (eval split, interleaved with RoutedVLM)"})
     return table, records
 

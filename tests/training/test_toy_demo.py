@@ -67,6 +67,7 @@ def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
     assert table["router"] == "models:/vlm-router@champion" and table["version"] == "1"
     eval_df, eval_meta = read_labels(out / "labels-eval.parquet")  # measured interleaved with the live rows
     assert len(eval_df) == 24 and eval_meta["strategies"] == STRATEGIES and eval_df["error"].isna().all()
+    assert eval_meta["models"]["large"]["revision"] == meta["models"]["large"]["revision"]
     live, replay = table["rows"][0], table["rows"][3]
     assert (live["accuracy"], live["mix"]) == (replay["accuracy"], replay["mix"])  # same decisions, live and replayed
 

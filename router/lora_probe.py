@@ -13,6 +13,8 @@ Otherwise the probe prefills the prompt itself. A full-depth adapter would see m
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -29,6 +31,7 @@ from .strategies import SMALL_DIRECT
 
 log = logging.getLogger(__name__)
 ADAPTER_DIR, HEAD_FILE = "adapter", "head.safetensors"
+SHARED_ADAPTER = "routedvlm_probe"  # the adapter's name when injected into RoutedVLM's own small model
 BASE_ENV = "ROUTEDVLM_PROBE_BASE"  # overrides the base checkpoint path recorded in policy.json
 SHARED_KEY = "_small_direct_prefill"  # decide() input: the small model's direct-prompt state (see SharedPrefill)
 ADAPTED = r"self_attn\.(q_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj)"
@@ -88,7 +91,50 @@ class ProbeNet:
         self.head = torch.nn.Sequential(torch.nn.Linear(d + n_f, head_hidden), torch.nn.GELU(),
                                         torch.nn.Linear(head_hidden, len(self.strategies)))
         self.feat_mean, self.feat_std = torch.zeros(n_f), torch.ones(n_f)
+        self._tuners, self._adapter = [], None  # set by `adopt`
         self.eval()
+
+    def adopt(self, small_vlm) -> None:
+        """Run on `small_vlm` (same base weights) instead of our own copy, which is released: our adapter is
+        injected into its model, switched off except during the probe's own passes (its generations are unchanged)."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        if self.lora_r > 0:
+            from peft import inject_adapter_in_model
+
+            conf, state = self.adapter_state()
+            inject_adapter_in_model(copy.deepcopy(conf), small_vlm.model, adapter_name=SHARED_ADAPTER)
+            named = {k.replace(".lora_A.", f".lora_A.{SHARED_ADAPTER}.").replace(".lora_B.", f".lora_B.{SHARED_ADAPTER}."): v
+                     for k, v in state.items()}
+            bad = small_vlm.model.load_state_dict(named, strict=False).unexpected_keys
+            if bad:
+                raise RouterError(f"Cannot share the small model's weights: adapter keys {bad[:3]} do not fit it.")
+            self._adapter = (conf, state)
+            self._tuners = [m for m in small_vlm.model.modules() if isinstance(m, BaseTunerLayer)]
+            for m in self._tuners:
+                m.enable_adapters(False)
+        self.vlm, self.peft = small_vlm, None
+        self.to(small_vlm.model.device)
+
+    def adapter_state(self) -> tuple:
+        """(LoraConfig, adapter weights keyed by module path from the top model) of this probe."""
+        if self._adapter is not None:
+            return self._adapter
+        from peft.utils import get_peft_model_state_dict
+
+        state = {k.removeprefix("base_model.model."): v for k, v in get_peft_model_state_dict(self.peft).items()}
+        return self.peft.peft_config["default"], state
+
+    @contextlib.contextmanager
+    def adapter_on(self):
+        """The adapter is active inside (a no-op unless the weights are shared with the small model)."""
+        for m in self._tuners:
+            m.enable_adapters(True)
+        try:
+            yield
+        finally:
+            for m in self._tuners:
+                m.enable_adapters(False)
 
     def trainable(self) -> list:
         lora = [p for p in self.vlm.model.parameters() if p.requires_grad]
@@ -122,7 +168,8 @@ class ProbeNet:
 
     def hidden(self, inputs: dict):
         """Last-layer hidden state (after the final norm) at the final prompt position: (1, d) float."""
-        out = self.vlm.model.model(**inputs, use_cache=False)
+        with self.adapter_on():
+            out = self.vlm.model.model(**inputs, use_cache=False)
         return out.last_hidden_state[:, -1].float()
 
     def shared_hidden(self, shared: SharedPrefill, question: str):
@@ -138,7 +185,8 @@ class ProbeNet:
             owner.rope_deltas = None if shared.rope_deltas is None else shared.rope_deltas.clone()
         last = self.vlm.text_ids(self.prompt_text(question))[-1]
         ids = torch.tensor([[last]], device=self.vlm.device)
-        out = owner(input_ids=ids, cache=cache, use_cache=True)
+        with self.adapter_on():
+            out = owner(input_ids=ids, cache=cache, use_cache=True)
         return out.last_hidden_state[:, -1].float()
 
     def feature_tensor(self, rows: list[dict]):
@@ -178,11 +226,16 @@ class ProbeNet:
 
         if self.peft is not None:
             self.peft.save_pretrained(str(directory / ADAPTER_DIR))
+        elif self._adapter is not None:  # weights shared with RoutedVLM's small model: write the same folder
+            conf, state = self._adapter
+            conf.save_pretrained(str(directory / ADAPTER_DIR))
+            save_file({"base_model.model." + k: v.detach().cpu().contiguous() for k, v in state.items()},
+                      str(directory / ADAPTER_DIR / "adapter_model.safetensors"))
         tensors = {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
         tensors.update(feat_mean=self.feat_mean.contiguous(), feat_std=self.feat_std.contiguous())
         meta = {"strategies": self.strategies, "features": self.features, "head_hidden": self.head_hidden}
         save_file(tensors, str(directory / HEAD_FILE), metadata={"routedvlm": json.dumps(meta)})
-        return {"adapter": ADAPTER_DIR if self.peft is not None else None, "head": HEAD_FILE,
+        return {"adapter": ADAPTER_DIR if self.lora_r > 0 else None, "head": HEAD_FILE,
                 "lora": {"r": self.lora_r, "alpha": self.lora_alpha, "target_modules": target_regex(self.vlm.model)},
                 "head_hidden": self.head_hidden}
 
@@ -261,10 +314,13 @@ class LoRAProbeRouter(Router):
         """Extra decide() inputs at run time: the sample, and the small_direct prefill when it can be shared."""
         out = {"image": request.image, "question": request.question}
         small = stages.get(SMALL_DIRECT)
+        same = self._same_base(pipeline.small)
+        if same and self.net.vlm is not pipeline.small:
+            self.net.adopt(pipeline.small)  # one copy of the small model's weights in memory
         model = self.net.vlm.model
         if (model.device, model.dtype) != (pipeline.small.model.device, pipeline.small.model.dtype):
             self.net.to(pipeline.small.model.device, pipeline.small.model.dtype)  # run where the small model runs
-        if small is not None and small.generation is not None and self._same_base(pipeline.small):
+        if small is not None and small.generation is not None and same:
             gen, owner = small.generation, getattr(pipeline.small.model, "model", None)
             rope = getattr(owner, "rope_deltas", None)
             out[SHARED_KEY] = SharedPrefill(gen.cache, gen.prefill_tokens + gen.cached_tokens,

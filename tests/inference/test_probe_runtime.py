@@ -30,11 +30,14 @@ def probe_parts(tmp_path_factory):
 
 
 def _routed(probe_parts, paid):
+    import copy
+
     from routedvlm.inference import VLM, CollaborativePipeline
     from routedvlm.inference.routed import RoutedVLM
     from routedvlm.router.lora_probe import LoRAProbeRouter, weights_hash
 
     small, large, net = probe_parts
+    net = copy.deepcopy(net)  # RoutedVLM makes the probe adopt its small model
     policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="cascade", paid_stages=paid,
                     features=FEATURES, expected_cost_ms=COSTS, tau=0.5, fallback="large_reason",
                     params={"base_model": str(small), "base_hash": weights_hash(small)})
@@ -141,3 +144,27 @@ def test_head_only_probe_round_trip(probe_parts, tmp_path):
     loaded = load_router(folder)
     sample = {"image": Image.new("RGB", (40, 24), (0, 90, 200)), "question": "Which bar is tallest?"}
     assert loaded.net.peft is None and loaded.decide(sample) == router.decide(sample)
+
+
+@pytest.mark.slow
+def test_probe_shares_the_small_model_weights(probe_parts, tmp_path):
+    """RoutedVLM's small model carries the probe's adapter (off for its own generations, which are unchanged) and the
+    probe's own copy is released; P(correct) and a save -> load round trip are unchanged."""
+    import torch
+    from PIL import Image
+
+    from routedvlm.router import load_router
+
+    vlm = _routed(probe_parts, ["large_direct", "small_direct"])
+    image, question = Image.new("RGB", (48, 32), (30, 90, 160)), "How many blue bars are there?"
+    features = {FEATURES[0]: 5.0, FEATURES[1]: 0.3, "image": image, "question": question}
+    before_p = vlm.router.decide(features).p_correct
+    before = vlm.pipeline.run(image, question, "small_direct").generation
+    assert vlm.router.net.vlm is not vlm.pipeline.small
+    vlm.generate(image=image, question=question)
+    assert vlm.router.net.vlm is vlm.pipeline.small and vlm.router.net.peft is None
+    after = vlm.pipeline.run(image, question, "small_direct").generation
+    assert after.token_ids == before.token_ids and torch.equal(after.first_logits, before.first_logits)
+    assert vlm.router.decide(features).p_correct == pytest.approx(before_p, abs=1e-5)
+    loaded = load_router(vlm.router.save(tmp_path / "adopted"))
+    assert loaded.decide(features).p_correct == pytest.approx(before_p, abs=1e-5)

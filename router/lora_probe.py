@@ -10,6 +10,8 @@ base weights, and the last layer's keys/values are the base model's too. So the 
 one re-fed prompt token gives on top of the small model's own (adapter-free) direct-prompt KV cache: when RoutedVLM
 has run `small_direct`, the probe shares its prefill (vision + prompt) and costs one token (`probe_shared_prefill`).
 Otherwise the probe prefills the prompt itself. A full-depth adapter would see more but could never share.
+At run time the probe also adopts RoutedVLM's small model when it is the same base (`ProbeNet.adopt`): the adapter
+is injected there, off except during the probe's passes, and the probe's own copy of the weights is released.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-gpu demo clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --timeout=900 $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/routedvlm demo $(DEMO_ARGS)

@@ -226,15 +226,11 @@ def test_cuda_device_without_cuda_is_a_clear_error(tmp_path):
         main(["--model", "x", "--device", "cuda", "--out", str(tmp_path / "p.json")])
 
 
-@pytest.mark.slow
+@pytest.mark.gpu
 def test_gpu_profile_synchronises(tiny_pair, tmp_path):
-    """On a GPU: the CUDA path (synchronised timings, GPU name in the hardware block)."""
-    import torch
-
+    """On a GPU (`make test-gpu`; deselected by default): the CUDA path (synchronised timings, GPU name)."""
     from routedvlm.inference.profile_cli import main
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
     out = tmp_path / "profile.json"
     assert main(["--model", str(tiny_pair[0]), "--image-sizes", "32", "--prompt-tokens", "8", "--output-tokens", "1,4",
                  "--repeats", "1", "--device", "cuda", "--out", str(out), "--no-progress"]) == 0

@@ -9,6 +9,7 @@ from routedvlm.router.strategies import parse_strategy
 MODES = ("cascade", "one-shot")
 ROUTER_KINDS = ("lightgbm", "lora-probe")
 DEFAULT_TARGET_ACCURACY = 0.98
+DEFAULT_CALIBRATION_MARGIN = 1.0  # standard errors (training/calibrate.py)
 
 
 def _f(default, help: str, **kw):
@@ -36,6 +37,9 @@ class TrainConfig:
                                              f"on the calibration split (default {DEFAULT_TARGET_ACCURACY} when no "
                                              "--max-latency-ms)")
     max_latency_ms: float | None = _f(None, "mean realized latency budget in ms (instead of --target-accuracy)")
+    calibration_margin: float = _f(DEFAULT_CALIBRATION_MARGIN, "accuracy target: tau must meet it by this many "
+                                   "binomial standard errors on the calibration split (acc - m*sqrt(acc(1-acc)/n) "
+                                   ">= required); 0: the bare calibration accuracy")
     strategies: list[str] | None = _f(None, "comma-separated candidate strategy ids (default: every strategy in the labels)")
     features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
                                           "small_direct) or prefixes ending in '*' (default: what the mode allows, "
@@ -82,6 +86,8 @@ class TrainConfig:
             self.target_accuracy = DEFAULT_TARGET_ACCURACY
         if self.target_accuracy is not None and not 0.0 < self.target_accuracy <= 1.0:
             problems.append(f"`target_accuracy` must be in (0, 1]; got {self.target_accuracy!r}")
+        if not (isinstance(self.calibration_margin, (int, float)) and 0.0 <= self.calibration_margin < float("inf")):
+            problems.append(f"`calibration_margin` must be a finite number >= 0; got {self.calibration_margin!r}")
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             problems.append(f"`max_latency_ms` must be > 0; got {self.max_latency_ms!r}")
         for name in ("calib_fraction", "test_fraction"):

@@ -85,7 +85,7 @@ def _binary_chosen(p_ld: np.ndarray, threshold: float) -> np.ndarray:
     return np.where(p_ld >= threshold, LARGE_DIRECT, LARGE_REASON).astype(object)
 
 
-def binary_router_row(calib, test, p_ld_cal, p_ld_test, mode, paid, target, ref_acc_cal, ref) -> dict:
+def binary_router_row(calib, test, p_ld_cal, p_ld_test, mode, paid, target, ref_acc_cal, ref, margin=0.0) -> dict:
     def points(df, p):
         outcomes, out = Outcomes(df, [LARGE_DIRECT, LARGE_REASON], mode, paid), []
         for th in np.unique(np.concatenate([np.linspace(0, 1, 101), np.quantile(p, np.linspace(0, 1, 101)), [1.01]])):
@@ -93,7 +93,7 @@ def binary_router_row(calib, test, p_ld_cal, p_ld_test, mode, paid, target, ref_
             out.append((th, ok.mean(), lat.mean()))
         return pd.DataFrame(out, columns=["param", "accuracy", "mean_latency_ms"])
 
-    op = pick_operating_point(points(calib, p_ld_cal), target, ref_acc_cal)
+    op = pick_operating_point(points(calib, p_ld_cal), target, ref_acc_cal, margin, len(calib))
     chosen = _binary_chosen(p_ld_test, op.param)
     return summarize("binary large_direct/large_reason", "baseline", realized_correct(test, chosen),
                      realized_latency(test, chosen, mode, paid), chosen, ref, param=op.param)
@@ -107,14 +107,15 @@ def _entropy_eval(df, theta):
     return chosen, realized_correct(df, chosen), lat
 
 
-def entropy_row(calib, test, target, ref_acc_cal, ref) -> dict:
+def entropy_row(calib, test, target, ref_acc_cal, ref, margin=0.0) -> dict:
     values = calib[ENTROPY_FEATURE].to_numpy(float)
     thetas = np.unique(np.concatenate([np.quantile(values, np.linspace(0, 1, 101)), [-np.inf]]))
     pts = []
     for th in thetas:
         _, ok, lat = _entropy_eval(calib, th)
         pts.append((th, ok.mean(), lat.mean()))
-    op = pick_operating_point(pd.DataFrame(pts, columns=["param", "accuracy", "mean_latency_ms"]), target, ref_acc_cal)
+    op = pick_operating_point(pd.DataFrame(pts, columns=["param", "accuracy", "mean_latency_ms"]), target, ref_acc_cal,
+                              margin, len(calib))
     chosen, ok, lat = _entropy_eval(test, op.param)
     return summarize("small-entropy threshold", "baseline", ok, lat, chosen, ref,
                      param=op.param if np.isfinite(op.param) else None)
@@ -158,13 +159,14 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, base
     if k is not None and {LARGE_DIRECT, SMALL_DIRECT} <= set(present):
         rows.append(mutual_verification_row(test, k, ref))
     ref_cal = best_single_accuracy(calib, cands)
+    margin = getattr(calibration, "margin", 0.0)  # the calibrated baselines get the learned policy's margin
     if LARGE_DIRECT in cands and LARGE_REASON in present:
         rows.append(binary_router_row(calib, test, p_cal[LARGE_DIRECT].to_numpy(), p_test[LARGE_DIRECT].to_numpy(),
-                                      mode, paid, target, ref_cal, ref))
+                                      mode, paid, target, ref_cal, ref, margin))
     if k is not None:
         rows.append(_single(test, transfer_id(k), ref, name=f"always transfer_{k}", kind="baseline"))
     if ENTROPY_FEATURE in test.columns and {SMALL_DIRECT, LARGE_REASON} <= set(present):
-        rows.append(entropy_row(calib, test, target, ref_cal, ref))
+        rows.append(entropy_row(calib, test, target, ref_cal, ref, margin))
     chosen = router.decide_with_tau(test, policy.tau)
     learned = summarize(f"learned (tau={policy.tau:.3f})", "learned", realized_correct(test, chosen),
                         realized_latency(test, chosen, mode, paid), chosen, ref, param=policy.tau)

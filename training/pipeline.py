@@ -91,8 +91,9 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     log.info("fitted %d LightGBM models; calibrating tau on %d rows", len(router.boosters), len(split.calibration))
     policy = router.policy
     op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
-                       split.calibration, config.mode, paid, config.target, candidates)
+                       split.calibration, config.mode, paid, config.target, candidates, config.calibration_margin)
     policy.tau = op.param
+    policy.target = target_with_margin(config.target, op)
     log.info("tau=%.3f; evaluating against the baselines on %d test rows", op.param, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
     evaluation["split"] = split.sizes()
@@ -136,13 +137,21 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
     return LightGBMRouter(policy, boosters)
 
 
+def target_with_margin(target: dict, op) -> dict:
+    """The policy's target, recording the calibration margin (standard errors) an accuracy target was met with."""
+    return {**target, "calibration_margin": op.margin} if target["kind"] == "accuracy" else dict(target)
+
+
 def _policy_metrics(ev: dict) -> dict:
     learned = ev["rows"][-1]
+    cal = ev["calibration"]
     return {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
             "test_p90_latency_ms": learned["p90_latency_ms"], "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"],
             "test_utility": ev["utility"], "test_target_met": ev["target_met_test"], "auc": ev["auc"],
             "calibration_accuracy": ev["calibration"]["accuracy"],
-            "calibration_mean_latency_ms": ev["calibration"]["mean_latency_ms"]}
+            "calibration_mean_latency_ms": ev["calibration"]["mean_latency_ms"],
+            "calibration_margin": cal.get("margin", 0.0), "calibration_rows": cal.get("n", 0),
+            "calibration_accuracy_lower_bound": cal.get("accuracy_lower_bound", cal["accuracy"])}
 
 
 def _write_outputs(router, evaluation: dict, out: Path) -> None:

@@ -128,7 +128,7 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     from . import probe_eval as pe
     from .calibrate import calibrate_tau
     from .evaluate import evaluate
-    from .pipeline import _policy_metrics
+    from .pipeline import _policy_metrics, target_with_margin
 
     c, net, split, policy = job.config, job.net, job.split, job.policy
     p_cal, _ = pe.predict_table(net, split.calibration)
@@ -140,9 +140,10 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     if target["kind"] == "latency_ms":  # the probe's own cost comes out of the budget
         target["value"] = max(target["value"] - float(cost.mean()), 0.0)
     op = calibrate_tau(p_cal, pre._costs, policy.fallback, split.calibration, policy.mode, policy.paid_stages,
-                       target, policy.strategies)
+                       target, policy.strategies, c.calibration_margin)
     op.mean_latency_ms += float(cost.mean())
     policy.tau = op.param
+    policy.target = target_with_margin(c.target, op)
     ev = pe.add_probe_cost(evaluate(pre, split.calibration, split.test, c.target, c.baseline_k, op), pre, split.test, cost)
     if policy.features:
         ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features,

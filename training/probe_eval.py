@@ -112,7 +112,7 @@ def lightgbm_comparison(config, split, candidates, features, paid, labels_hash, 
     router = fit_router(config, split, candidates, features, paid, labels_hash)
     p = router.policy
     op = calibrate_tau(router.predict_proba(split.calibration), p.expected_cost_ms, p.fallback, split.calibration,
-                       p.mode, paid, config.target, candidates)
+                       p.mode, paid, config.target, candidates, config.calibration_margin)
     test = split.test
     chosen = router.decide_with_tau(test, op.param)
     ref = next((r["mean_latency_ms"] for r in ev["rows"] if r["kind"] == "single" and r["name"] == "large_reason"), None)

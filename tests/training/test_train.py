@@ -71,7 +71,10 @@ def test_policy_records_mode_costs_and_provenance(trained):
     assert p.expected_cost_ms["large_direct"] == 0.0
     assert p.expected_cost_ms["transfer_16"] < p.expected_cost_ms["transfer_256"] < p.expected_cost_ms["large_reason"]
     assert p.fallback == "large_reason" and p.training_data_hash == "synthetic-0"
-    assert p.metrics["test_target_met"] in (True, False) and p.target == {"kind": "accuracy", "value": 0.98}
+    assert p.metrics["test_target_met"] in (True, False)
+    assert p.target == {"kind": "accuracy", "value": 0.98, "calibration_margin": 1.0}
+    assert p.metrics["calibration_margin"] == 1.0 and p.metrics["calibration_rows"] > 0
+    assert p.metrics["calibration_accuracy_lower_bound"] <= p.metrics["calibration_accuracy"]
 
 
 @pytest.mark.slow

@@ -50,6 +50,32 @@ def test_pick_operating_point_worked_example():
     assert not pick_operating_point(pts, {"kind": "latency_ms", "value": 50}, 0.96).met
 
 
+def test_pick_operating_point_margin_worked_example():
+    pts = pd.DataFrame({"param": [0.0, 0.5, 1.0], "accuracy": [0.90, 0.93, 0.98],
+                        "mean_latency_ms": [100.0, 300.0, 1000.0]})
+    target = {"kind": "accuracy", "value": 0.95}  # of a best single accuracy 0.96 -> required 0.912
+    # margin 0 (the old rule): the cheapest tau whose accuracy >= 0.912 is 0.5 (0.93)
+    assert pick_operating_point(pts, target, 0.96, margin=0.0).param == 0.5
+    # margin 1 on 100 rows: 0.93 - sqrt(.93*.07/100) = 0.93 - 0.0255 = 0.9045 < 0.912; 0.98 - 0.014 = 0.966 -> tau 1.0
+    op = pick_operating_point(pts, target, 0.96, margin=1.0, n=100)
+    assert (op.param, op.met, op.margin, op.n) == (1.0, True, 1.0, 100)
+    assert op.to_dict()["accuracy_lower_bound"] == pytest.approx(0.98 - 0.014)
+    # the same margin on 400 rows: 0.93 - 0.01276 = 0.9172 >= 0.912 -> tau 0.5 again
+    assert pick_operating_point(pts, target, 0.96, margin=1.0, n=400).param == 0.5
+    # a latency budget ignores the margin
+    assert pick_operating_point(pts, {"kind": "latency_ms", "value": 500}, 0.96, margin=1.0, n=100).param == 0.5
+
+
+def test_pick_operating_point_margin_errors():
+    pts = pd.DataFrame({"param": [0.0], "accuracy": [0.9], "mean_latency_ms": [100.0]})
+    with pytest.raises(ConfigError, match=r"^`calibration_margin` must be a finite number >= 0"):
+        pick_operating_point(pts, {"kind": "accuracy", "value": 0.9}, 0.9, margin=-1.0, n=10)
+    with pytest.raises(ConfigError, match=r"^a calibration margin of 1.0 standard errors needs"):
+        pick_operating_point(pts, {"kind": "accuracy", "value": 0.9}, 0.9, margin=1.0)
+    with pytest.raises(ConfigError, match=r"^Invalid train-router configuration: `calibration_margin` must be"):
+        TrainConfig(calibration_margin=-0.5)
+
+
 def test_area_under_curve_worked_example():
     # best accuracy within latency: 0 on [0,100), 0.5 on [100,300), 1.0 on [300,400] -> (0.5*200 + 1*100) / 400
     pts = pd.DataFrame({"mean_latency_ms": [300.0, 100.0, 200.0], "accuracy": [1.0, 0.5, 0.4]})

@@ -6,15 +6,15 @@ found in the local cache), else `sha256:` over the names and bytes of its weight
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import logging
 import platform
 import re
 from importlib import metadata as _md
 from pathlib import Path
 
+from routedvlm.router.checkpoints import weights_hash
+
 log = logging.getLogger(__name__)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -35,20 +35,6 @@ def _hub_cache_folder(repo_id: str) -> Path | None:
     except Exception:  # noqa: BLE001 - an unknown cache layout only loses the revision
         return None
     return Path(found).parent if isinstance(found, str) else None
-
-
-def weights_hash(folder: Path) -> str | None:
-    """sha256 over the sorted weight files' names and contents (None when the folder has none)."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(folder)).encode() + b"\x00")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 def model_revision(name_or_path) -> str | None:

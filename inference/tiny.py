@@ -51,18 +51,18 @@ SPECIAL_TOKENS = (
 )
 
 
-def build_tokenizer():
+def build_tokenizer(special_tokens=SPECIAL_TOKENS):
     """A deterministic byte-level tokenizer: special tokens first, then the 256 byte symbols, no merges."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab = {tok: i for i, tok in enumerate(special_tokens)}
     for sym in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[sym] = len(vocab)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(list(SPECIAL_TOKENS))
+    core.add_special_tokens(list(special_tokens))
     return PreTrainedTokenizerFast(
         tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", clean_up_tokenization_spaces=False
     )

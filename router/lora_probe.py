@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import Router
+from .checkpoints import weights_hash
 from .errors import RouterError
 from .policy import Policy
 from .strategies import SMALL_DIRECT
@@ -37,24 +37,6 @@ SHARED_ADAPTER = "routedvlm_probe"  # the adapter's name when injected into Rout
 BASE_ENV = "ROUTEDVLM_PROBE_BASE"  # overrides the base checkpoint path recorded in policy.json
 SHARED_KEY = "_small_direct_prefill"  # decide() input: the small model's direct-prompt state (see SharedPrefill)
 ADAPTED = r"self_attn\.(q_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj)"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-
-
-def weights_hash(folder) -> str | None:
-    """sha256 over the sorted weight files' names and bytes (the labels' `revision` format), None if none."""
-    folder = Path(folder)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(folder)).encode() + b"\x00")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-    return "sha256:" + h.hexdigest()
-
-
 def target_regex(model) -> str:
     """peft `target_modules` regex: q/o projections and MLP of the language model's last decoder layer."""
     last = model.config.get_text_config().num_hidden_layers - 1

@@ -48,18 +48,9 @@ SIDES = {
 
 def build_tokenizer():
     """Deterministic character-level tokenizer: the specials, then the 256 byte symbols; no merges."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from routedvlm.inference.tiny import build_tokenizer as byte_level_tokenizer
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for sym in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[sym] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(list(SPECIAL_TOKENS))
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  clean_up_tokenization_spaces=False)
+    tok = byte_level_tokenizer(SPECIAL_TOKENS)
     tok.chat_template = QWEN_HYBRID_THINKING_TEMPLATE
     return tok
 

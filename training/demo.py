@@ -16,7 +16,7 @@ import textwrap
 import time
 
 EPILOG = """examples:
-  routedvlm demo                        # toy world, ~300 label + 150 eval samples, into runs/demo
+  routedvlm demo                        # toy world, ~1000 label + 150 eval samples, into runs/demo
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
   routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl
 """

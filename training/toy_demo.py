@@ -18,7 +18,7 @@ from routedvlm.router.strategies import LARGE_REASON
 
 log = logging.getLogger(__name__)
 QUICK_N_LABEL, QUICK_N_EVAL = 80, 24
-DEFAULT_N_LABEL, DEFAULT_N_EVAL = 300, 150
+DEFAULT_N_LABEL, DEFAULT_N_EVAL = 1000, 150  # 1000: ~250 calibration rows, so tau is not picked by noise
 MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)

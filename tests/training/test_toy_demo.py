@@ -80,7 +80,7 @@ def test_demo_config_needs_enough_label_samples_for_train_router():
     with pytest.raises(ConfigError, match=r"^The `target_accuracy` setting must be in \(0, 1\].* Got 1\.5 instead\.$"):
         DemoConfig(target_accuracy=1.5)
     assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
-    assert (DemoConfig().n_label, DemoConfig().n_eval) == (300, 150)
+    assert (DemoConfig().n_label, DemoConfig().n_eval) == (1000, 150)
 
 
 def test_missing_checkpoints_name_the_folder_and_the_next_step(tmp_path):

@@ -17,6 +17,7 @@ from routedvlm.router.strategies import LARGE_REASON
 
 from .costs import realized_correct, realized_latency
 from .evaluate import area_under_curve, label_strategies, mutual_verification_row, oracle_row, summarize
+from .pipeline import jsonable
 
 LATENCY_NOTE = (
     "latency = sum of the wall-clock ms (vision + prefill + decode) of the stage records a policy needs on a sample; "
@@ -108,7 +109,7 @@ def write_outputs(out: Path, rows: list[dict], header: dict, curve: pd.DataFrame
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "table.json", "markdown": out / "table.md", "plot": out / "plot.png"}
     paths["json"].write_text(json.dumps({**header, "latency_note": LATENCY_NOTE, "rows": rows}, indent=2,
-                                        default=_jsonable) + "\n")
+                                        default=jsonable) + "\n")
     intro = "\n".join(f"- {k}: {f'{v:.4g}' if isinstance(v, float) else v}" for k, v in header.items()
                       if not isinstance(v, (dict, list)))
     paths["markdown"].write_text(f"# routedvlm demo (toy world)\n\n{intro}\n\n{LATENCY_NOTE}\n\n{format_markdown(rows)}\n")
@@ -128,9 +129,3 @@ def _plot(rows: list[dict], curve: pd.DataFrame, header: dict, path: Path) -> No
                   "required_test": header.get("target_accuracy", 0.98) * max(r["accuracy"] for r in singles)}
     plot_curve(evaluation, path, title="routedvlm demo (toy world): RoutedVLM and baselines on the eval split",
                split="eval split")
-
-
-def _jsonable(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

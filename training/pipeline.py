@@ -99,7 +99,7 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     evaluation["split"] = split.sizes()
     policy.metrics = _policy_metrics(evaluation)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
-    _write_outputs(router, evaluation, out)
+    write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
 
 
@@ -154,16 +154,18 @@ def _policy_metrics(ev: dict) -> dict:
             "calibration_accuracy_lower_bound": cal.get("accuracy_lower_bound", cal["accuracy"])}
 
 
-def _write_outputs(router, evaluation: dict, out: Path) -> None:
+def write_outputs(router, evaluation: dict, out: Path) -> None:
+    """The router folder, evaluation.json and curve.png under `out` (LightGBM and probe alike)."""
     from .plot import plot_curve
 
     out.mkdir(parents=True, exist_ok=True)
     router.save(out / "router")
-    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=_jsonable) + "\n")
+    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=jsonable) + "\n")
     plot_curve(evaluation, out / "curve.png")
 
 
-def _jsonable(o):
-    if hasattr(o, "item"):
-        return o.item()
+def jsonable(o):
+    """json.dumps default for numpy scalars and arrays."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")

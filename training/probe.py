@@ -57,14 +57,14 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     from routedvlm.router.lora_probe import LoRAProbeRouter
 
     from .evaluate import format_table
-    from .pipeline import TrainResult
+    from .pipeline import TrainResult, write_outputs
     from .probe_eval import summary_line
 
     job = prepare(config, labels, metadata, samples)
     state = fit(job)
     ev = evaluate_probe(job, state)
     router = LoRAProbeRouter(job.policy, job.net)
-    _write(router, ev, job.out)
+    write_outputs(router, ev, job.out)
     return TrainResult(router, ev, job.out, job.metadata, job.labels_hash, test=job.split.test,
                        table=format_table(ev) + "\n" + summary_line(ev))
 
@@ -161,22 +161,3 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
                           "training": {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "seed": c.seed,
                                        "train_losses": state["losses"]}})
     return ev
-
-
-def _write(router, ev: dict, out: Path) -> None:
-    import json
-
-    from .plot import plot_curve
-
-    out.mkdir(parents=True, exist_ok=True)
-    router.save(out / "router")
-    (out / "evaluation.json").write_text(json.dumps(ev, indent=2, default=_jsonable) + "\n")
-    plot_curve(ev, out / "curve.png")
-
-
-def _jsonable(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

@@ -8,8 +8,10 @@ Example: python -m routedvlm.data.toyworld.train_models --out data/toyworld/chec
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -187,7 +189,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     torch.set_num_threads(threads)
     cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps, "steps2": 0, "steps3": 0})
     out = pathlib.Path(out_dir)
-    state_path = out / ".state" / f"{side}.pt"
+    state_path = out / ".state" / f"{side}.safetensors"
     tok = M.build_tokenizer()
     torch.manual_seed(seed * 7 + SIDE_IDS[side])
     model = Qwen2VLForConditionalGeneration(M.build_config(side, tok))
@@ -198,7 +200,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     model.model.visual.merger.register_forward_hook(lambda mod, inp, outp: captured.__setitem__("merged", outp))
     start = 0
     if state_path.exists():
-        state = torch.load(state_path, weights_only=True)
+        state = load_state(state_path)
         model.load_state_dict(state["model"]), head.load_state_dict(state["head"])
         start = state["step"]
         if cfg.steps3 and start > cfg.steps + cfg.steps2:  # phase 3's optimizer holds the model's parameters only
@@ -234,13 +236,45 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
                      ans, time.time() - t0)
         if (step + 1) % 200 == 0 and step + 1 < cfg.total_steps:
             state_path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "head": head.state_dict(), "opt": opt.state_dict(),
-                        "step": step + 1}, state_path)
+            save_state(state_path, model, head, opt, step + 1)
     model.eval()
     path = M.save_side(model, tok, out / side)
     log.info("%s: saved to %s after %.0fs", side, path, time.time() - t0)
     return path
 
+
+
+def save_state(path: pathlib.Path, model, head, opt, step: int) -> None:
+    """The resumable training state as safetensors (no pickle): weights, AdamW tensors, step + param groups as JSON."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors.update({f"head.{k}": v for k, v in head.state_dict().items()})
+    sd = opt.state_dict()
+    tensors.update({f"opt.{i}.{k}": v for i, st in sd["state"].items() for k, v in st.items() if hasattr(v, "detach")})
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"step": str(step), "param_groups": json.dumps(sd["param_groups"])})
+    os.replace(tmp, path)
+
+
+def load_state(path: pathlib.Path) -> dict:
+    """Inverse of `save_state`: {"model", "head", "opt", "step"} ready for `load_state_dict`."""
+    from safetensors import safe_open
+
+    state = {"model": {}, "head": {}, "opt": {"state": {}, "param_groups": None}}
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata()
+        for key in fh.keys():
+            part, rest = key.split(".", 1)
+            if part == "opt":
+                i, name = rest.split(".", 1)
+                state["opt"]["state"].setdefault(int(i), {})[name] = fh.get_tensor(key)
+            else:
+                state[part][rest] = fh.get_tensor(key)
+    state["opt"]["param_groups"] = json.loads(meta["param_groups"])
+    state["step"] = int(meta["step"])
+    return state
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Train the toy world's small and large VLMs from scratch on the CPU.",

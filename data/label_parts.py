@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -23,16 +21,10 @@ ORDER_COLUMN = "_position"  # the sample's position in the data set; parts only,
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)` and move the result onto `path` (same folder, so the replace is atomic)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Call `write(tmp_path)` and move the result onto `path` atomically (see `labels.atomic_write`)."""
+    from .labels import atomic_write
+
+    atomic_write(path, write)
 
 
 def settings_diff(old: dict, new: dict) -> list[str]:

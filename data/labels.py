@@ -196,17 +196,26 @@ def write_labels(df, path, metadata: dict | None = None) -> Path:
     schema_meta[METADATA_KEY.encode()] = json.dumps(meta, default=_json_default, sort_keys=True).encode()
     table = table.replace_schema_metadata(schema_meta)
     path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    log.info("wrote %d label rows to %s", len(df), path)
+    return path
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call `write(tmp_path)` and move the result onto `path` (same folder, so the replace is atomic; an existing
+    file is never left half-written). The file gets the usual permissions (0666 minus the umask)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    log.info("wrote %d label rows to %s", len(df), path)
-    return path
 
 
 def _read(path) -> tuple[pd.DataFrame, dict | None, str | None]:

@@ -187,3 +187,19 @@ def test_cli_help_is_fast_to_import():
     with pytest.raises(SystemExit) as exc:
         labels_main(["validate", "--help"])
     assert exc.value.code == 0
+
+
+def test_written_labels_get_the_usual_permissions(tmp_path):
+    """Regression: atomic writes went through mkstemp and left labels files readable by their owner only."""
+    import os
+
+    from routedvlm.data.labels import atomic_write
+
+    umask = os.umask(0o022)
+    try:
+        path = tmp_path / "labels.parquet"
+        atomic_write(path, lambda tmp: open(tmp, "wb").write(b"x"))
+        assert (path.stat().st_mode & 0o777) == 0o644
+        assert [p.name for p in tmp_path.iterdir()] == ["labels.parquet"]
+    finally:
+        os.umask(umask)

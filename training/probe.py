@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def resolve_base(config, metadata: dict) -> Path:
     """The small VLM checkpoint the probe adapts: --base, else the labels' small model (metadata)."""
-    from routedvlm.router.lora_probe import weights_hash
+    from routedvlm.router.checkpoints import weights_hash
 
     small = (metadata.get("models") or {}).get("small") or {}
     base = config.base or small.get("name")
@@ -73,7 +73,8 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     """Labels, samples, the LightGBM plan and split, the probe's policy (tau not yet calibrated) and its net."""
     import torch
 
-    from routedvlm.router.lora_probe import ProbeNet, load_base, weights_hash
+    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.lora_probe import ProbeNet, load_base
     from routedvlm.router.policy import Policy
 
     from .labels_io import content_hash, load_labels

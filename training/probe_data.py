@@ -34,6 +34,10 @@ def attach_samples(labels: pd.DataFrame, metadata: dict, dataset: str | None = N
     from routedvlm.data.loading import load_samples
 
     source = sample_source(metadata, dataset)
+    if source.adapter == "toyworld":  # toy splits are regenerated from their file name (the bundled labels)
+        from routedvlm.data.toyworld.make_labels import rebuild_split_file
+
+        rebuild_split_file(source.dataset)
     ids = [str(i) for i in labels["sample_id"]]
     log.info("reloading %d samples from %s", len(ids), source.dataset)
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -57,6 +58,27 @@ def write_split(split: str, n: int, seed: int, workdir) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"toy-{split}-n{n}-seed{seed}.parquet"
     write_dataset(make_samples(split, n, seed), path)
+    return path
+
+
+_SPLIT_FILE = re.compile(r"toy-(?P<split>[a-z]+)-n(?P<n>[0-9]+)-seed(?P<seed>[0-9]+)\.parquet")
+
+
+def rebuild_split_file(dataset) -> Path | None:
+    """Write the toy split file `dataset` again if it is missing and named as `write_split` names it.
+
+    Toy splits are a pure function of (split, n, seed), so labels made from one (the bundled labels among them)
+    can reload their samples on any machine. Returns the path when written, None when it exists or is not a
+    toy split file name.
+    """
+    path = Path(dataset)
+    match = _SPLIT_FILE.fullmatch(path.name)
+    if path.exists() or match is None:
+        return None
+    log.info("the toy data set %s is missing: generating it again (split %s, n %s, seed %s)",
+             path, match["split"], match["n"], match["seed"])
+    written = write_split(match["split"], int(match["n"]), int(match["seed"]), path.parent)
+    assert written == path, (written, path)
     return path
 
 

@@ -209,3 +209,39 @@ def probe_data_rows(probe_data, n):
     rows = labels.head(n).copy()
     rows["image"] = [str(probe_data["root"] / "images" / f"{sid}.png") for sid in rows["sample_id"]]
     return rows
+
+
+def test_bundled_toy_labels_reload_their_images_on_a_fresh_machine(tmp_path, monkeypatch):
+    """Regression: the bundled labels record their samples as `runs/toyworld/toy-label-n1000-seed0.parquet`, a
+    file no fresh clone has; the probe regenerates that toy split (deterministic) instead of failing."""
+    import numpy as np
+
+    from routedvlm.data.labels import read_labels
+    from routedvlm.data.toyworld.task import make_samples
+    from routedvlm.training.labels_io import embedded_labels_path
+    from routedvlm.training.probe_data import attach_samples
+
+    monkeypatch.chdir(tmp_path)
+    df, meta = read_labels(embedded_labels_path())
+    recorded = meta["sample_source"]["dataset"]
+    assert not (tmp_path / recorded).exists()
+    rows = df.iloc[[0, 7, 500]]
+    out = attach_samples(rows, meta)
+    assert (tmp_path / recorded).is_file()
+    n = int(recorded.split("-n")[1].split("-")[0])
+    truth = {s.sample_id: s for s in make_samples("label", n, 0)}
+    for sid, image, question in zip(out["sample_id"], out["image"], out["question"]):
+        assert np.array_equal(np.asarray(image.convert("RGB")), np.asarray(truth[sid].image.convert("RGB")))
+        assert question == truth[sid].question
+
+
+def test_missing_non_toy_source_still_asks_for_dataset(tmp_path, monkeypatch):
+    from routedvlm.data.toyworld.make_labels import rebuild_split_file
+    from routedvlm.training.probe_data import attach_samples
+
+    monkeypatch.chdir(tmp_path)
+    assert rebuild_split_file(tmp_path / "mine.parquet") is None
+    labels = pd.DataFrame({"sample_id": ["a"], "question": ["q"]})
+    with pytest.raises(TrainingError, match="--dataset"):
+        attach_samples(labels, {"sample_source": {"dataset": "gone/toy-label-n5-seed0.jsonl", "adapter": "toyworld"}})
+    assert not (tmp_path / "gone").exists()

@@ -2,6 +2,7 @@
 the same decisions, checkpoints every epoch and resumes, and reports its cost beside a LightGBM router."""
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -245,3 +246,36 @@ def test_missing_non_toy_source_still_asks_for_dataset(tmp_path, monkeypatch):
     with pytest.raises(TrainingError, match="--dataset"):
         attach_samples(labels, {"sample_source": {"dataset": "gone/toy-label-n5-seed0.jsonl", "adapter": "toyworld"}})
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("same_weights", [True, False])
+def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, monkeypatch, same_weights):
+    """Regression: the bundled labels record the toy models by the absolute path of the machine that labelled them;
+    on another clone the probe's base must be the shipped checkpoint with the same weights, never another one."""
+    import routedvlm.training.labels_io as io
+    from routedvlm.data.labels import read_labels, write_labels
+    from routedvlm.data.toyworld.make_labels import default_checkpoints
+    from routedvlm.router.errors import ConfigError
+    from routedvlm.training.probe import resolve_base
+
+    df, meta = read_labels(io.embedded_labels_path())
+    gone = str(tmp_path / "elsewhere" / "checkpoints" / "small")
+    small = meta["models"]["small"]
+    small["name"], small["modes"]["direct"]["checkpoint"] = gone, gone
+    if not same_weights:
+        small["revision"] = "sha256:" + "0" * 64
+    path = write_labels(df.head(50), tmp_path / "toy.parquet", meta)
+    monkeypatch.setattr(io, "embedded_labels_path", lambda: path)
+    _, loaded = io.load_labels(None)
+    config = TrainConfig(router="lora-probe", no_mlflow=True)
+    if same_weights:
+        shipped = str(default_checkpoints() / "small")
+        assert loaded["models"]["small"]["name"] == shipped
+        assert loaded["models"]["small"]["modes"]["direct"]["checkpoint"] == shipped
+        assert resolve_base(config, loaded) == Path(shipped).resolve()
+    else:
+        assert loaded["models"]["small"]["name"] == gone
+        with pytest.raises(ConfigError, match="--base must be a folder"):
+            resolve_base(config, loaded)
+    _, as_file = io.load_labels(path)  # a labels file given with --data is taken as it is
+    assert as_file["models"]["small"]["name"] == gone

@@ -13,6 +13,8 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+from .hidden import capture_of
+
 _PIXEL_KEYS = ("pixel_values", "pixel_values_images")
 
 
@@ -33,6 +35,7 @@ class Generation:
     cached_tokens: int
     first_logits: object = field(default=None, repr=False)
     cache: object = field(default=None, repr=False)
+    hidden: object = field(default=None, repr=False)  # HiddenStates when capture is on (see hidden.py)
 
     @property
     def output_tokens(self) -> int:
@@ -119,6 +122,9 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     if eos_token_id is not None:
         extra["eos_token_id"] = eos_token_id
     n_in = inputs["input_ids"].shape[1]
+    capture = capture_of(model)
+    if capture is not None:
+        capture.start()
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(
@@ -127,6 +133,7 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
             return_dict_in_generate=True,
         )
     t_end = time.perf_counter()
+    hidden = capture.finish() if capture is not None else None
     ids = out.sequences[0, n_in:].tolist()
     first = rec.times[0] if rec.times else t_end
     logprobs = torch.stack(rec.logprobs).flatten().tolist()[: len(ids)] if rec.logprobs else []
@@ -134,7 +141,7 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
         token_ids=ids, token_logprobs=logprobs, first_token_entropy=float(rec.entropy),
         token_times_ms=[(t - first) * 1000 for t in rec.times[: len(ids)]], vision_ms=vision_ms,
         prefill_ms=(first - t0) * 1000, decode_ms=(t_end - first) * 1000, prefill_tokens=n_in - cached,
-        cached_tokens=cached, first_logits=rec.first_logits, cache=cache,
+        cached_tokens=cached, first_logits=rec.first_logits, cache=cache, hidden=hidden,
     )
 
 

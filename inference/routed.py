@@ -26,6 +26,20 @@ DEFAULT_FALLBACK = "mutual-verification"
 __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM"]
 
 
+def attach_router(router, pipeline):
+    """Let `router` check the pipeline it will run on (`router.attach`) and switch on what it reads at run time:
+    the large model's hidden-state capture for a router with `hidden_layers` (the self-probe)."""
+    attach = getattr(router, "attach", None)
+    if attach is not None:
+        attach(pipeline)
+    layers = getattr(router, "hidden_layers", None)
+    if layers:
+        from .hidden import enable_capture
+
+        enable_capture(pipeline.large.model, layers)
+    return router
+
+
 def _load_fallback(fallback):
     from routedvlm.router import Router, load_router
 
@@ -58,7 +72,7 @@ class RoutedVLM:
         self.fallback = _load_fallback(fallback)
         self.router, self.router_error = None, None
         try:
-            self.router = load_router(router, tracking_uri=tracking_uri)
+            self.router = attach_router(load_router(router, tracking_uri=tracking_uri), pipeline)
         except Exception as exc:
             self.router_error = f"{type(exc).__name__}: {exc}"
             logger.warning("router %r failed to load (%s); every request uses the fallback %s",

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 ROUTER_TYPES = {
     "lightgbm": "routedvlm.router.lightgbm_router:LightGBMRouter",
     "lora-probe": "routedvlm.router.lora_probe:LoRAProbeRouter",
+    "self-probe": "routedvlm.router.self_probe:SelfProbeRouter",
     "mutual-verification": "routedvlm.router.rules:MutualVerificationRouter",
     "fixed": "routedvlm.router.rules:FixedRouter",
 }

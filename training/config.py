@@ -7,7 +7,8 @@ from routedvlm.router.errors import ConfigError, one_of
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
-ROUTER_KINDS = ("lightgbm", "lora-probe")
+ROUTER_KINDS = ("lightgbm", "lora-probe", "self-probe")
+HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.98
 DEFAULT_CALIBRATION_MARGIN = 1.0  # standard errors (training/calibrate.py)
 
@@ -29,8 +30,11 @@ class TrainConfig:
     """What train-router does; one field per flag (`target_accuracy` -> `--target-accuracy`)."""
 
     data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
-    router: str = _f("lightgbm", "router type: lightgbm (tabular features) or lora-probe (a LoRA adapter + head on the "
-                                 "small VLM that reads the image and question; see training/probe.py)", choices=ROUTER_KINDS)
+    router: str = _f("lightgbm", "router type: lightgbm (tabular features), lora-probe (a LoRA adapter + head on the "
+                                 "small VLM that reads the image and question; see training/probe.py) or self-probe "
+                                 "(a linear head on the large model's own hidden state of its large_direct pass + the "
+                                 "tabular features; cascade only, local large model; see training/self_probe.py)",
+                     choices=ROUTER_KINDS)
     mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
                    choices=MODES)
     target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's accuracy "
@@ -73,11 +77,27 @@ class TrainConfig:
     lr: float = _f(1e-3, "lora-probe: AdamW learning rate of the adapter and head")
     batch_size: int = _f(8, "lora-probe: samples per optimizer step")
     resume: bool = _f(False, "lora-probe: continue from the last epoch checkpoint in --output-dir")
+    large: str | None = _f(None, "self-probe: large VLM checkpoint folder whose hidden states it reads (default: the "
+                                 "labels' large model)")
+    hidden_layers: list[int] | None = _f(None, "self-probe: comma-separated decoder layer indices to read (negative "
+                                               "counts from the end; default: the layer at 2/3 of the depth)")
+    hidden_position: str = _f("all_mean", "self-probe: which positions of those layers: prompt_last (last prompt "
+                                          "token), answer_mean (the answer tokens) or all_mean (both, averaged)",
+                              choices=HIDDEN_POSITIONS)
 
     def __post_init__(self):
         self.strategies = _csv(self.strategies)
         self.features = _csv(self.features)
         problems = []
+        try:
+            self.hidden_layers = [int(x) for x in _csv(self.hidden_layers)] if self.hidden_layers is not None else None
+        except ValueError:
+            problems.append(f"`hidden_layers` must be comma-separated integers; got {self.hidden_layers!r}")
+        if self.hidden_position not in HIDDEN_POSITIONS:
+            problems.append(f"`hidden_position` must be {one_of(HIDDEN_POSITIONS)}; got {self.hidden_position!r}")
+        if self.router == "self-probe" and self.mode != "cascade":
+            problems.append("the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first; "
+                            f"got {self.mode!r}")
         if self.mode not in MODES:
             problems.append(f"`mode` must be {one_of(MODES)}; got {self.mode!r}")
         if self.target_accuracy is not None and self.max_latency_ms is not None:

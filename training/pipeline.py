@@ -85,10 +85,20 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     metadata = dict(metadata or {})
     labels_hash = metadata.get("content_hash") or content_hash(labels)
     candidates, features, paid = _plan(config, labels, metadata)
+    hidden = None
+    if config.router == "self-probe":  # + the large model's hidden state of large_direct on every row
+        from .self_probe import prepare_hidden
+
+        labels, hidden = prepare_hidden(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
-    router = fit_router(config, split, candidates, features, paid, labels_hash)
-    log.info("fitted %d LightGBM models; calibrating tau on %d rows", len(router.boosters), len(split.calibration))
+    if hidden is None:
+        router = fit_router(config, split, candidates, features, paid, labels_hash)
+    else:
+        from .self_probe import fit_self_probe
+
+        router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden)
+    log.info("fitted the %s router; calibrating tau on %d rows", router.policy.router_type, len(split.calibration))
     policy = router.policy
     op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
                        split.calibration, config.mode, paid, config.target, candidates, config.calibration_margin)
@@ -97,6 +107,10 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     log.info("tau=%.3f; evaluating against the baselines on %d test rows", op.param, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
     evaluation["split"] = split.sizes()
+    if hidden is not None:
+        from .self_probe import compare_with_lightgbm
+
+        evaluation = compare_with_lightgbm(evaluation, router, config, split, candidates, features, paid, labels_hash)
     policy.metrics = _policy_metrics(evaluation)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
     write_outputs(router, evaluation, out)
@@ -118,23 +132,31 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
 def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str):
     """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
     from routedvlm.router.lightgbm_router import LightGBMRouter
-    from routedvlm.router.policy import Policy
 
-    from .costs import expected_costs
     from .fit import fit_models, lgb_params
 
     params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
     boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
                                      params=params)
-    policy = Policy(
-        router_type="lightgbm", mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
+                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round}})
+    return LightGBMRouter(policy, boosters)
+
+
+def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
+                params: dict):
+    """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
+    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
+    from routedvlm.router.policy import Policy
+
+    from .costs import expected_costs
+
+    return Policy(
+        router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
         expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
         fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
-        training_data_hash=labels_hash,
-        params={"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round},
-                "split": {**split.sizes(), "seed": config.seed}},
+        training_data_hash=labels_hash, params={**params, "split": {**split.sizes(), "seed": config.seed}},
     )
-    return LightGBMRouter(policy, boosters)
 
 
 def target_with_margin(target: dict, op) -> dict:

@@ -119,7 +119,7 @@ def lightgbm_comparison(config, split, candidates, features, paid, labels_hash, 
     row = summarize(f"lightgbm (tau={op.param:.3f})", "comparison", realized_correct(test, chosen),
                     realized_latency(test, chosen, p.mode, paid), chosen, ref, param=op.param)
     curve = sweep_tau(router.predict_proba(test), p.expected_cost_ms, p.fallback, test, p.mode, paid)
-    return {"row": row, "auc": area_under_curve(curve, *ev["auc_range_ms"]), "tau": op.param}
+    return {"row": row, "auc": area_under_curve(curve, *ev["auc_range_ms"]), "tau": op.param, "router": router}
 
 
 def side_by_side(ev: dict, comparison: dict | None) -> dict:

@@ -14,6 +14,7 @@ from .config import TrainConfig
 EPILOG = """example:
   train-router --data labels.parquet --target-accuracy 0.98
   train-router --data labels.parquet --mode one-shot --max-latency-ms 800 --no-register
+  train-router --data labels.parquet --router self-probe   # reads the large model's own hidden state
   mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db   # browse runs and registered routers
 """
 

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def _flat_params(config, result) -> dict:
-    params = {f"train.{k}": (",".join(v) if isinstance(v, list) else v) for k, v in config.to_dict().items()}
+    params = {f"train.{k}": (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
     for key, value in sorted(result.metadata.items()):
         if key != "content_hash":

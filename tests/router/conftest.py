@@ -43,13 +43,38 @@ def lgbm_router(feature_table) -> LightGBMRouter:
 
 @pytest.fixture(scope="session")
 def sample_table(feature_table) -> pd.DataFrame:
-    """The feature table plus the sample itself (`image`, `question`), as a router that reads the sample needs."""
+    """The feature table plus the sample itself (`image`, `question`), as a router that reads the sample needs, and
+    a large-model hidden-state vector per row (what the self-probe reads)."""
     from PIL import Image
+
+    from routedvlm.router.self_probe import HIDDEN_KEY
 
     n = len(feature_table)
     images = [Image.new("RGB", (32, 32), (int(255 * i / n), 60, 255 - int(255 * i / n))) for i in range(n)]
     questions = [f"How many bars are taller than {i % 7}?" for i in range(n)]
-    return feature_table.assign(image=pd.Series(images, index=feature_table.index, dtype=object), question=questions)
+    rng = np.random.default_rng(3)
+    hidden = [rng.normal(size=HIDDEN_SIZE).astype(np.float32) for _ in range(n)]
+    return feature_table.assign(image=pd.Series(images, index=feature_table.index, dtype=object), question=questions,
+                                **{HIDDEN_KEY: pd.Series(hidden, index=feature_table.index, dtype=object)})
+
+
+HIDDEN_SIZE = 6
+
+
+@pytest.fixture(scope="session")
+def self_probe_router():
+    """A SelfProbeRouter with a random linear head over 6 hidden values + the 3 features."""
+    from routedvlm.router.self_probe import SelfProbeRouter
+
+    rng = np.random.default_rng(4)
+    d = HIDDEN_SIZE + len(FEATURES)
+    head = {"weight": rng.normal(scale=0.7, size=(d, len(STRATEGIES))), "bias": rng.normal(size=len(STRATEGIES)),
+            "mean": np.zeros(d), "std": np.ones(d)}
+    policy = Policy(router_type="self-probe", strategies=STRATEGIES, mode="cascade", paid_stages=["large_direct", "small_direct"],
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
+                    params={"hidden": {"layers": [1], "position": "all_mean", "size": HIDDEN_SIZE},
+                            "large_model": "/nonexistent/large", "large_hash": "sha256:abc"})
+    return SelfProbeRouter(policy, head)
 
 
 @pytest.fixture(scope="session")

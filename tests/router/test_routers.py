@@ -17,6 +17,7 @@ def make_router(lgbm_router, request):
     factories = {
         "lightgbm": lambda: lgbm_router,
         "lora-probe": lambda: request.getfixturevalue("probe_router"),
+        "self-probe": lambda: request.getfixturevalue("self_probe_router"),
         "mutual-verification": lambda: MutualVerificationRouter(keep_tokens=32),
         "fixed": lambda: FixedRouter("transfer_64"),
     }
@@ -163,3 +164,29 @@ def test_decide_input_errors_and_missing_values(lgbm_router, feature_table):
     none_row = {**row, "feat__large_direct__confidence": None}
     nan_frame = feature_table.head(1).assign(feat__large_direct__confidence=np.nan)
     assert lgbm_router.decide(none_row) == lgbm_router.decide_batch(nan_frame)[0]  # None = missing = NaN
+
+
+def test_self_probe_needs_its_hidden_state_and_a_local_large_model(self_probe_router, sample_table, tmp_path):
+    import types
+
+    from routedvlm.router.self_probe import HIDDEN_KEY
+
+    row = sample_table.iloc[0].to_dict()
+    with pytest.raises(RouterError, match=r"^The self-probe router needs the large model's hidden state"):
+        self_probe_router.decide({k: v for k, v in row.items() if k != HIDDEN_KEY})
+    with pytest.raises(RouterError, match=r"^The hidden-state vector has 4 values; this self-probe reads 6"):
+        self_probe_router.decide({**row, HIDDEN_KEY: np.zeros(4)})
+    remote = types.SimpleNamespace(large=types.SimpleNamespace(remote=True, name="http://gpu:8000/v1#big"))
+    with pytest.raises(RouterError, match=r"^The self-probe router reads the large model's hidden states, and the "
+                                          r"large side is behind an OpenAI-compatible server .*vLLM and SGLang return no"):
+        self_probe_router.attach(remote)
+    other = tmp_path / "other-large"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"different weights")
+    local = types.SimpleNamespace(large=types.SimpleNamespace(remote=False, name=str(other)))
+    with pytest.raises(RouterError, match=r"^The large model .* has weights sha256:[0-9a-f]+, but this self-probe was "
+                                          r"trained on the hidden states of sha256:abc"):
+        self_probe_router.attach(local)
+    with pytest.raises(RouterError, match=r"^A self-probe router reads the large_direct pass, so its mode must be 'cascade'"):
+        type(self_probe_router)(Policy(**{**self_probe_router.policy.to_dict(), "mode": "one-shot", "paid_stages": [],
+                                          "features": ["feat__prompt__question_words"]}), self_probe_router.head)

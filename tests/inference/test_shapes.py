@@ -194,3 +194,82 @@ def test_cli_needs_a_model_or_a_shape(tmp_path):
 
     with pytest.raises(ConfigError, match=r"^routedvlm profile needs at least one --model PATH_OR_ID or --shape"):
         main(["--out", str(tmp_path / "p.json")])
+
+
+def test_gpu_check_preset_sets_the_paper_grid_on_cuda(tmp_path, tokenizer):
+    from routedvlm.inference.gpu_check import PRESETS
+    from routedvlm.inference.profile_cli import build_parser, resolve_args
+    from routedvlm.inference.profiler import ProfileSettings
+    from routedvlm.inference.shape_memory import estimate_memory
+    from routedvlm.inference.shapes import meta_model, resolve_shape
+
+    args = build_parser().parse_args(["--preset", "gpu-check"])
+    preset, shapes = resolve_args(args)
+    assert shapes == ["qwen3-vl-2b", "qwen3-vl-8b"] and (args.device, args.dtype) == ("cuda", "bfloat16")
+    assert args.image_sizes == [224, 448, 896] and args.prompt_tokens == [32, 256, 1024]
+    assert max(args.output_tokens) == 512 and str(args.out) == "runs/gpu-check/gpu-check.json"
+    args = build_parser().parse_args(["--preset", "gpu-check", "--device", "cpu", "--repeats", "1"])
+    resolve_args(args)
+    assert (args.device, args.repeats, args.image_sizes) == ("cpu", 1, [224, 448, 896])  # flags override the preset
+    p = PRESETS["gpu-check"]
+    settings = ProfileSettings(image_sizes=p["image_sizes"], prompt_tokens=p["prompt_tokens"],
+                               output_tokens=p["output_tokens"], repeats=p["repeats"])
+    est = estimate_memory(meta_model(resolve_shape("qwen3-vl-8b")[1], "bfloat16", tokenizer), settings)
+    assert est["total_gib"] < 24  # fits an 80 GB card with room; an H200 has 141 GB
+    with pytest.raises(ConfigError, match=r"^The `--model` flag cannot be combined with --preset"):
+        resolve_args(build_parser().parse_args(["--preset", "gpu-check", "--model", "x"]))
+
+
+def test_gpu_check_without_cuda_is_a_clear_error(tmp_path):
+    import torch
+
+    from routedvlm.inference.profile_cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match=r"^The `device` setting is 'cuda' but this torch has no CUDA device"):
+        main(["--preset", "gpu-check", "--out", str(tmp_path / "gc.json"), "--no-progress"])
+    assert not (tmp_path / "gc.json").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
+    """The preset's whole path (profile, escalation, tests step, one JSON + plots) on CPU with tiny shapes."""
+    from routedvlm.inference.latency_model import LatencyModel
+    from routedvlm.training.cli import main
+
+    small = write_tiny_shape(tmp_path / "small.json", vocab_size=512, hidden=32)
+    large = write_tiny_shape(tmp_path / "large.json", vocab_size=512, hidden=64)
+    out = tmp_path / "gc" / "gpu-check.json"
+    assert main(["profile", "--preset", "gpu-check", "--device", "cpu", "--dtype", "float32", "--shape", str(small),
+                 "--shape", str(large), "--image-sizes", "64", "--prompt-tokens", "4,12", "--output-tokens", "1,3",
+                 "--repeats", "1", "--no-warmup", "--out", str(out), "--plots-dir", str(tmp_path / "gc"),
+                 "--no-progress"]) == 0
+    result = json.loads(out.read_text())
+    assert result["preset"] == "gpu-check" and list(result["models"]) == ["small", "large"]
+    assert [s["step"] for s in result["steps"]] == ["profile", "escalation", "gpu_tests"]
+    assert result["gpu_tests"]["status"] == "skipped" and "not a CUDA device" in result["gpu_tests"]["reason"]
+    for name, esc in result["escalation"].items():
+        assert esc["same_tokens"], name  # float32: reuse and cold give the same tokens
+        assert esc["reuse_prefill_tokens"] == esc["cold_prefill_tokens"] - esc["cached_prefix_tokens"]
+        assert esc["keep_tokens"] == 64 and esc["answer_tokens"] == 16
+    assert LatencyModel.load(out, "large").stage_ms({"vision_ms": 1, "prefill_tokens": 9, "decode_tokens": 3}) > 0
+    for png in ("components.png", "crossover.png"):
+        assert (tmp_path / "gc" / png).read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    assert "escalation large: reuse" in text and "gpu tests: skipped" in text and "gpu-check took" in text
+
+
+@pytest.mark.gpu
+def test_shape_builds_and_generates_on_cuda(tmp_path):
+    """On a GPU (`make test-gpu`): a shape is allocated on CUDA in bf16 and generates with synchronised timings."""
+    import torch
+
+    from routedvlm.inference.profiler import _one_call, random_image
+    from routedvlm.inference.shapes import shape_vlm
+
+    vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), "cuda", "bfloat16")
+    assert {p.device.type for p in vlm.model.parameters()} == {"cuda"}
+    assert {p.dtype for p in vlm.model.parameters()} == {torch.bfloat16}
+    call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, "cuda")
+    assert call["image_tokens"] == 196 and len(call["gen"].token_ids) == 4 and call["gen"].prefill_ms > 0

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .base import Router
-from .errors import RouterError, one_of
+from .errors import RouterError, RouterLoadError, one_of
 from .policy import POLICY_FILE, Policy
 from .strategies import is_strategy
 
@@ -31,7 +31,7 @@ ROUTER_ARTIFACT = "router"
 def router_class(router_type: str) -> type[Router]:
     """The Router subclass registered for `router_type`."""
     if router_type not in ROUTER_TYPES:
-        raise RouterError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
+        raise RouterLoadError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
     module, _, name = ROUTER_TYPES[router_type].partition(":")
     try:
         return getattr(importlib.import_module(module), name)
@@ -43,11 +43,20 @@ def router_class(router_type: str) -> type[Router]:
 
 
 def load_folder(directory) -> Router:
+    """The router in `directory`; its model files are verified (integrity.py) before anything parses them."""
+    from .integrity import verify_files
+
     directory = Path(directory)
     if not directory.is_dir():
-        raise RouterError(f"No router folder at {str(directory)!r}.")
+        raise RouterLoadError(f"No router folder at {str(directory)!r}.")
     policy = Policy.load(directory)
-    return router_class(policy.router_type)._from_folder(policy, directory)
+    cls = router_class(policy.router_type)
+    unhashed = verify_files(policy, directory, cls.model_files(policy))
+    if unhashed:
+        log.info("%s (policy.json format version %d) records no sha256 for %s", directory, policy.format_version,
+                 unhashed)
+        cls._check_unverified(directory, unhashed)
+    return cls._from_folder(policy, directory)
 
 
 def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:

@@ -36,7 +36,7 @@ def router_class(router_type: str) -> type[Router]:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        raise RouterError(
+        raise RouterLoadError(
             f"Router type {router_type!r} needs {module}, which cannot be imported ({exc}). "
             "Install the dependencies of that router type."
         ) from None
@@ -82,7 +82,7 @@ def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
         from .rules import FixedRouter
 
         return FixedRouter(text)
-    raise RouterError(
+    raise RouterLoadError(
         f"Cannot load a router from {text!r}: no such folder, and it is not an MLflow URI "
         f"(models:/name@alias, models:/name/version, runs:/...), a rule ({one_of(RULE_NAMES)}) or a strategy id "
         "(e.g. 'large_direct'). Pass the folder train-router wrote."
@@ -106,7 +106,7 @@ def download_router(uri: str, *, tracking_uri: str | None = None, dst: str | Non
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst))
     except Exception as exc:  # MlflowException, OSError...: report uniformly
-        raise RouterError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None
+        raise RouterLoadError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None
     return _router_dir(local, uri)
 
 
@@ -124,5 +124,5 @@ def _router_dir(local: Path, uri: str) -> Path:
         log.debug("MLmodel of %s names no router artifact: %s", uri, exc)
     found = sorted(local.rglob(POLICY_FILE))
     if not found:
-        raise RouterError(f"The MLflow model {uri!r} contains no {POLICY_FILE}; it was not logged by log_router_model.")
+        raise RouterLoadError(f"The MLflow model {uri!r} contains no {POLICY_FILE}; it was not logged by log_router_model.")
     return found[0].parent

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import Router
 from .checkpoints import weights_hash
-from .errors import RouterError
+from .errors import RouterError, RouterLoadError
 from .policy import Policy
 from .strategies import LARGE_DIRECT
 
@@ -140,17 +140,30 @@ class SelfProbeRouter(Router):
         self.policy.params["head"] = HEAD_FILE
 
     @classmethod
+    def model_files(cls, policy: Policy) -> list[str]:
+        head = policy.params.get("head")
+        if not isinstance(head, str) or not head:
+            raise RouterLoadError(f"policy.json params must name the self-probe's `head` file. Got {head!r:.100}. "
+                                  "Retrain with train-router --router self-probe.")
+        return [head]
+
+    @classmethod
     def _from_folder(cls, policy: Policy, directory: Path) -> "SelfProbeRouter":
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
-        name = policy.params.get("head") or HEAD_FILE
-        path = directory / name
+        path = directory / cls.model_files(policy)[0]
         if not path.is_file():
-            raise RouterError(f"The self-probe folder {str(directory)!r} lacks {name} named in policy.json. Copy the "
-                              "whole router folder, or retrain with train-router --router self-probe.")
+            raise RouterLoadError(f"The self-probe folder {str(directory)!r} lacks {path.name} named in policy.json. Copy "
+                                  "the whole router folder, or retrain with train-router --router self-probe.")
         try:
             head = load_file(str(path))
         except (SafetensorError, OSError, ValueError) as exc:
-            raise RouterError(f"{path} is not a readable safetensors head ({exc}).") from None
-        return cls(policy, head)
+            raise RouterLoadError(f"{path} is not a readable safetensors head ({exc}).") from None
+        bad = sorted(k for k, v in head.items() if not np.isfinite(v).all())
+        if bad:
+            raise RouterLoadError(f"{path} holds non-finite values in {bad}; retrain with train-router --router self-probe.")
+        try:
+            return cls(policy, head)
+        except RouterError as exc:
+            raise RouterLoadError(str(exc)) from None

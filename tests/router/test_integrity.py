@@ -121,3 +121,17 @@ def test_damaged_probe_files_are_clean_load_errors(probe_router, tmp_path, file)
         # format 1 (no digests): safetensors refuses bad files itself; names, shapes and values are checked after
         with pytest.raises(RouterLoadError, match=r"^The probe's weights do not load \((SafetensorError|ValueError|RuntimeError)"):
             load_router(damaged_copy(folder, tmp_path / f"{kind}-v1", file, damage, legacy=True))
+
+
+def test_damaged_self_probe_head_is_a_clean_load_error(self_probe_router, tmp_path):
+    from damage_helpers import SAFETENSORS, damaged_copy
+
+    folder = self_probe_router.save(tmp_path / "self-probe")
+    assert sorted(self_probe_router.policy.model_sha256) == ["head.safetensors"]
+    for kind, damage in SAFETENSORS.items():
+        with pytest.raises(RouterLoadError, match=r"nothing was parsed:\n  - model file 'head.safetensors' has sha256 "):
+            load_router(damaged_copy(folder, tmp_path / kind, "head.safetensors", damage))
+        # format 1 (no digests): safetensors refuses a broken file itself; shapes and values are checked after
+        with pytest.raises(RouterLoadError, match=r"head.safetensors (is not a readable safetensors head|holds non-finite)"
+                                                  r"|^The self-probe head does not fit its policy"):
+            load_router(damaged_copy(folder, tmp_path / f"{kind}-v1", "head.safetensors", damage, legacy=True))

@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-gpu demo clean scorer-diff
+.PHONY: install test test-gpu gpu-check demo clean scorer-diff
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
+
+# On a CUDA machine: Qwen3-VL 2B/8B shapes (random weights) on the paper's grid + escalation + GPU tests,
+# into runs/gpu-check/ (< 10 min on one H200). GPU_CHECK_ARGS overrides, e.g. GPU_CHECK_ARGS="--device cuda:1".
+gpu-check: $(STAMP)
+	$(VENV)/bin/routedvlm profile --preset gpu-check $(GPU_CHECK_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/routedvlm demo $(DEMO_ARGS)

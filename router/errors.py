@@ -54,6 +54,10 @@ class TrainingError(RoutedVLMError, ValueError):
     """train-router cannot train on the given labels (too few rows, no correct label...)."""
 
 
+class InsufficientMemoryError(RoutedVLMError, MemoryError):
+    """A model would not fit in the free memory of its device; refused before anything is allocated."""
+
+
 class BackendError(RoutedVLMError, RuntimeError):
     """A model backend (e.g. an OpenAI-compatible server) failed to answer a request."""
 

@@ -19,7 +19,7 @@ EPILOG = """examples:
 MERGE_EPILOG = "example: routedvlm label merge labels.parquet shard0.parquet shard1.parquet"
 FLAG_NAMES = {"dataset_config": "--config"}
 REQUIRED = ("small", "large", "dataset", "out")
-INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every")
+INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every", "threads")
 
 
 def _parser() -> argparse.ArgumentParser:

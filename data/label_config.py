@@ -32,6 +32,8 @@ class LabelConfig:
     resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
     device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
     dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads: 1 (default) keeps per-sample latencies stable "
+                                                      "on a shared CPU; 0 keeps torch's default (one per core)"})
     small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the small side's reasoning mode"})
     large_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the large side's reasoning mode"})
     threshold: float = field(default=0.5, metadata={"help": "a strategy is correct when its score >= this"})
@@ -57,6 +59,8 @@ class LabelConfig:
         for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"The `threads` setting must be an integer >= 0. Got {self.threads!r} instead.")
         if self.limit is not None and int(self.limit) < 0:
             raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
         self.shard_index, self.shard_count = parse_shard(self.shard)

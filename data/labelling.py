@@ -155,10 +155,18 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def load_pipeline(cfg: LabelConfig):
     """(CollaborativePipeline with both models loaded, resolved device)."""
     from ..inference import VLM, CollaborativePipeline
+    from ..inference.vlm import set_threads
 
+    set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     small = VLM.from_pretrained(cfg.small, device, cfg.dtype, reasoner=cfg.small_reasoner)
     large = VLM.from_pretrained(cfg.large, device, cfg.dtype, reasoner=cfg.large_reasoner)
@@ -192,6 +200,7 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
         "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, "libraries": library_versions(),
+        "torch_threads": _torch_threads(),
         "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard, "run_settings": cfg.settings(),
     }
 

@@ -7,9 +7,8 @@ strategies for one sample sharing work through per-model prompt caches (shared_r
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
-from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.router.errors import InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
 
 from .inputs import check_keep_tokens, make_request

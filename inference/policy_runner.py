@@ -11,7 +11,6 @@ and streams the final answer into an `AnswerSink` as it decodes.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from dataclasses import dataclass, field
 
@@ -22,7 +21,6 @@ from .features import compute_features
 from .pipeline_parts import Result, parallel
 from .router_health import RouterHealth
 
-logger = logging.getLogger(__name__)
 _TIME_KEYS = ("vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens")
 
 

@@ -84,10 +84,9 @@ class RoutedVLM:
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
         kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
-        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, `dtype`, ...).
+        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
         """
         from .pipeline import CollaborativePipeline
-        from .vlm import VLM
 
         names = {f.name for f in fields(PipelineConfig)}
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}

@@ -55,7 +55,8 @@ def make_pipeline():
     return make
 
 
-_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench", "test_shared_run")
+_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench", "test_shared_run",
+                       "test_streaming", "test_inputs")
 
 
 @pytest.fixture(autouse=True, scope="module")

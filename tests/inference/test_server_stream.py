@@ -40,11 +40,13 @@ def test_streamed_text_equals_the_non_streamed_answer(client, images, q, with_im
     assert chunks[0].choices[0].delta.role == "assistant" and all(c.object == "chat.completion.chunk" for c in chunks)
 
 
-def test_the_answer_streams_token_by_token(client, images):
-    """A route decided before its answer runs (this one-shot router) streams that answer in several deltas."""
-    _, chunks = _stream(client, user(images["wide"], QUESTIONS[2]), max_tokens=5)
+@pytest.mark.parametrize("q", QUESTIONS[:3])
+def test_the_server_streams_the_deltas_of_routed_vlm_stream(client, served_local, images, q):
+    """The SSE deltas are RoutedVLM.stream's, which follow the decoding token by token (test_streaming.py)."""
+    _, chunks = _stream(client, user(images["wide"], q), max_tokens=5)
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
-    assert len(deltas) >= 2 and chunks[-1].usage.completion_tokens == 5
+    assert deltas == list(served_local.stream(image=images["wide"], question=q, max_tokens=5))
+    assert chunks[-1].usage.completion_tokens == 5
 
 
 def test_streaming_without_usage_and_plain_models_stream_too(client, served, images):

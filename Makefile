@@ -1,5 +1,5 @@
 # Fresh machine: `make demo` runs the product on the embedded default; `make test` runs the suite.
-# Both create .venv and install the pinned CPU set from requirements.txt first.
+# Both create .venv and install the pinned CPU set from requirements.txt (+ the Ray extra, requirements-ray.txt) first.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,9 +11,9 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install test test-gpu demo clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-ray.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -r requirements.txt
+	$(VENV)/bin/pip install -r requirements.txt -r requirements-ray.txt
 	$(VENV)/bin/pip install --no-deps -e .
 	$(VENV)/bin/pip check
 	touch $(STAMP)

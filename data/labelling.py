@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..router.errors import ConfigError
 from ..router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
-from .label_config import LabelConfig
+from .label_config import LabelConfig, both_remote
 from .label_parts import ORDER_COLUMN, PartStore
 from .label_table import METRIC_COLUMN, build_table, scorers_of
 from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, read_labels, tokens_col, write_labels
@@ -169,10 +169,10 @@ def load_pipeline(cfg: LabelConfig):
     return pipe, device
 
 
-def stage_cost(cfg: LabelConfig):
-    """(stage_ms callable or None for wall clock, metadata about the latency source)."""
+def stage_cost(cfg: LabelConfig, source: str):
+    """(stage_ms callable or None for wall clock, metadata about the latency source `source`)."""
     if cfg.cost is None:
-        return None, {"latency_source": "wall-clock"}
+        return None, {"latency_source": source}
     from ..inference.latency_model import cost_stage_fn
 
     return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
@@ -183,7 +183,7 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
     from dataclasses import asdict
 
-    from .label_meta import library_versions, now_iso, side_info
+    from .label_meta import library_versions, now_iso, side_info, scale_info
 
     models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
                               dtype=cfg.dtype or str(getattr(pipe, side).model.dtype).replace("torch.", ""), device=device)
@@ -191,44 +191,25 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     return {
         "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
-        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, "libraries": library_versions(),
-        "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard, "run_settings": cfg.settings(),
+        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
+        "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
+        "run_settings": cfg.settings(),
     }
 
 
 # ----- the run ------------------------------------------------------------------------------------------------
-FLUSH_SECONDS = 120.0
-
-
-def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -> float:
-    """Label `todo` [(position, sample_id)], storing rows every `flush_every` samples (or FLUSH_SECONDS); returns
-    the seconds it took."""
-    from tqdm.auto import tqdm
-
-    buf, errors, last, t0 = [], 0, time.monotonic(), time.monotonic()
-    bar = tqdm(total=len(todo), unit="sample", desc="labelling", file=sys.stderr, disable=not cfg.progress,
-               dynamic_ncols=True, smoothing=0.1)
-    try:
-        for position, sample_id in todo:
-            row = process(pipe, cfg, position, sample_id, load, load.dataset_name, stage_ms)
-            errors += row[ERROR_COLUMN] is not None
-            buf.append(row)
-            bar.update(1)
-            bar.set_postfix(errors=errors, refresh=False)
-            if len(buf) >= cfg.flush_every or time.monotonic() - last > FLUSH_SECONDS:
-                store.write_part(buf)
-                buf, last = [], time.monotonic()
-    finally:
-        store.write_part(buf)  # finished samples survive an interrupt
-        bar.close()
-    return time.monotonic() - t0
-
-
 def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
             label_seconds: float) -> LabelSummary:
+    """Merge the intact parts into `cfg.out` once they hold every selected sample (never a partial file)."""
+    from ..router.errors import LabelsError
     from .label_meta import now_iso
 
     rows = store.read_parts()
+    stored = set(rows["sample_id"].astype(str)) if len(rows) else set()
+    missing = sorted(wanted_ids - stored)
+    if missing:
+        raise LabelsError(f"{len(missing)} of the {len(wanted_ids)} selected samples are not in {store.dir} "
+                          f"(first: {missing[:3]}); rerun the same command with --resume to label them.")
     stray = ~rows["sample_id"].isin(wanted_ids) if len(rows) else None
     if stray is not None and stray.any():
         log.warning("ignoring %d stored rows whose samples are no longer selected", int(stray.sum()))
@@ -237,46 +218,110 @@ def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set,
     failed = table[table[ERROR_COLUMN].notna()]
     meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
             "completed_at": now_iso()}
-    write_labels(table, cfg.out, meta)
+    _write_out(table, cfg.out, meta, store)
     store.remove()
     examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
     return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
 
 
+def _write_out(table, out, meta: dict, store: PartStore) -> None:
+    from ..router.errors import RoutedVLMError
+    from .label_lock import storage_error
+
+    try:
+        write_labels(table, out, meta)
+    except OSError as exc:
+        if isinstance(exc, RoutedVLMError):
+            raise
+        raise storage_error(out, exc, kept=f"Every labelled sample is kept in {store.dir}.") from None
+
+
 def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+    """`--resume` on a finished output: trusted only when it verifies and holds exactly the selected samples."""
+    from ..router.errors import LabelsError
+    from .labels import content_hash
+
     df, meta = read_labels(cfg.out)
     store.check_settings(settings, meta.get("run_settings"), str(cfg.out))
+    if meta.get("content_hash") != content_hash(df):
+        raise LabelsError(f"{cfg.out} does not match its content hash (it changed or was damaged after it was "
+                          "written) and no parts are left to rebuild it from; remove it and label again.")
+    _, keyed, _ = open_source(cfg)
+    wanted = {sid for p, sid in keyed if p % cfg.shard_count == cfg.shard_index}
+    have = set(df["sample_id"].astype(str))
+    if have != wanted:
+        raise LabelsError(f"{cfg.out} holds {len(have & wanted)} of the {len(wanted)} selected samples (and "
+                          f"{len(have - wanted)} others) and no parts are left to finish from; remove it and label "
+                          "again, or label the missing samples to another file and `routedvlm label merge` them.")
     n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
     log.info("%s is already complete; nothing to do", cfg.out)
     return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
 
 
-def run_labelling(cfg: LabelConfig) -> LabelSummary:
-    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring."""
-    from ..router.errors import LabelsError
+def check_latency_source(metadata: dict, cost_meta: dict, where) -> None:
+    """Refuse to resume a run whose stored latencies mean something else (or were priced by another profile)."""
+    old, new = metadata.get("latency_source"), cost_meta.get("latency_source")
+    if old != new:
+        raise ConfigError(f"--resume: the samples stored in {where} have latency_source {old!r}, this run would "
+                          f"record {new!r} (set by --cost, --concurrency and Ray workers against servers); resume "
+                          "with the original flags so one file never mixes the two meanings, or start over.")
+    if metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
+        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {where} "
+                          "started (its sha256 differs); resume with the original profile or start over.")
 
-    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
-    store.check_start(cfg.resume)
-    if cfg.resume and store.out.exists() and not store.dir.exists():
+
+def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+    from ..router.errors import LabelsError
+    from .label_runner import BATCHED, latency_source
+
+    store.clean_temp()
+    store.check_start(cfg.resume)  # again, under the lock: another run may have finished in between
+    if cfg.resume and store.out.exists() and not store.has_work():
         return _already_done(cfg, store, settings, t0)
     manifest = store.manifest() if cfg.resume else None
     if manifest is None and store.part_files():
         raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
     store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
-    stage_ms, cost_meta = stage_cost(cfg)
+    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_remote(cfg)))
+    if cost_meta["latency_source"] == BATCHED:
+        log.warning("several samples in flight on the servers: latency_ms__ columns will be batched wall times "
+                    "(metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
+                    "profile.json (`routedvlm profile --model URL#ID ...` against the same servers)", BATCHED)
+    metadata, seconds = (manifest or {}).get("metadata"), 0.0
+    if metadata is not None:
+        check_latency_source(metadata, cost_meta, store.dir)
     source, keyed, load = open_source(cfg)
     mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
     done = store.done_ids()
     todo = [(p, sid) for p, sid in mine if sid not in done]
     log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
-    metadata, seconds = (manifest or {}).get("metadata"), 0.0
-    if metadata is not None and metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
-        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {store.dir} "
-                          "started (its sha256 differs); resume with the original profile or start over.")
-    if todo or metadata is None:
+    if cfg.ray and (todo or metadata is None):
+        from .label_ray import RayLabeller
+
+        with RayLabeller(cfg) as ray_run:  # the workers load the models; the first one describes them
+            if metadata is None:
+                metadata = ray_run.metadata(source, cost_meta)
+                store.write_manifest(settings, metadata)
+            seconds = ray_run.label(store, todo)
+    elif todo or metadata is None:
+        from .label_runner import label_todo
+
         pipe, device = load_pipeline(cfg)
         if metadata is None:
             metadata = build_metadata(cfg, pipe, device, source, cost_meta)
             store.write_manifest(settings, metadata)
-        seconds = _label_all(pipe, cfg, store, todo, load, stage_ms)
+        seconds = label_todo(pipe, cfg, store, todo, load, stage_ms)
     return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
+
+
+def run_labelling(cfg: LabelConfig) -> LabelSummary:
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring.
+    One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive."""
+    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
+    store.check_start(cfg.resume)
+    with store.lock:
+        try:
+            return _run_locked(cfg, store, settings, t0)
+        finally:
+            if not store.has_work():
+                store.remove()  # only our lock was there: leave no empty folder behind

@@ -15,6 +15,8 @@ from routedvlm.router.errors import ConfigError
 EPILOG = """example:
   routedvlm profile --model ./small --model ./large --image-sizes 224,448 --prompt-tokens 32,256 \\
       --output-tokens 1,16,64,256 --repeats 3 --out profile.json --plots-dir plots/
+  routedvlm profile --model http://127.0.0.1:8002/v1#toy-small --model http://127.0.0.1:8001/v1#toy-large \
+      --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
 then: routedvlm label ... --cost profile.json   (deterministic latencies from the fitted model)
 """
 
@@ -48,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="routedvlm profile", description="Measure preprocess / vision / prefill / decode latency per model on "
         "simulated inputs and fit a latency model.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="PATH_OR_ID",
-                   help="checkpoint folder or hub id; repeat for several models")
+                   help="checkpoint folder, hub id, or '<base_url>#<model id>' of a model on an OpenAI-compatible "
+                        "server (streamed, one request in flight; prompt lengths then count words); repeat for several")
+    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID")
     p.add_argument("--image-sizes", type=_size_list, default=[224, 448, 896], metavar="PX,...",
                    help="random-image sizes: a side in pixels (square) or WxH, e.g. 224,448,96x16 (default 224,448,896)")
     p.add_argument("--prompt-tokens", type=_int_list("--prompt-tokens"), default=[32, 256, 1024], metavar="N,...",
@@ -79,7 +83,8 @@ def _summary(profile: dict) -> str:
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
         r2 = "/".join("n/a" if f[c]["r2"] is None else f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
-        lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
+        params = "remote" if e.get("parameters") is None else f"{e['parameters']:,}"
+        lines.append(f"{name:<24} {params:>12} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
                      f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
                      f"{e.get('end_to_end_mape') or float('nan'):.1f}%")
     for cp in profile.get("crossovers", []):
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
                                dtype=args.dtype, seed=args.seed)
-    profile = run_profile(args.model, settings, show_progress=not args.no_progress)
+    profile = run_profile(args.model, settings, show_progress=not args.no_progress, api_key=args.api_key)
     _write_json(args.out, profile)
     print(_summary(profile))
     print(f"wrote {args.out}")

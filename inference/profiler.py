@@ -281,11 +281,13 @@ def end_to_end_mape(meas: dict, fit: dict) -> float | None:
 
 
 def _names(paths: list) -> list:
-    """Display names: folder basename or hub id, made unique with a #2, #3 suffix."""
+    """Display names: folder basename, hub id or a server model's id, made unique with a #2, #3 suffix."""
+    from .profile_remote import is_remote, parse_remote
+
     out = []
     for p in paths:
         base = str(p).rstrip("/")
-        name = os.path.basename(base) if os.path.isdir(base) else base
+        name = parse_remote(base)[1] if is_remote(base) else os.path.basename(base) if os.path.isdir(base) else base
         k, cand = 2, name
         while cand in out:
             cand, k = f"{name}#{k}", k + 1
@@ -293,33 +295,49 @@ def _names(paths: list) -> list:
     return out
 
 
-def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True) -> dict:
-    """Profile every model (path or hub id) in turn; returns the profile.json content, crossovers included."""
+def _profile_one(path, settings: ProfileSettings, bar, api_key) -> dict:
+    from .profile_remote import is_remote, remote_entry
+    from .vlm import VLM
+
+    if is_remote(str(path)):
+        return remote_entry(str(path), settings, bar, api_key=api_key)
+    vlm = VLM.from_pretrained(path, device=settings.device, dtype=settings.dtype)
+    try:
+        return model_entry(vlm, str(path), settings, bar)
+    finally:
+        del vlm
+        _free(settings.device)
+
+
+def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True, api_key: str | None = None) -> dict:
+    """Profile every model (path, hub id or `<base_url>#<model id>` of a server) in turn; returns the profile.json
+    content, crossovers included."""
     import datetime
 
     from tqdm.auto import tqdm
 
     from .crossover import crossover_points
-    from .vlm import VLM
+    from .profile_remote import is_remote
 
-    _check_device(settings.device)
+    local = [m for m in models if not is_remote(str(m))]
+    if local:
+        _check_device(settings.device)
     per_model = len(settings.image_sizes) * (1 + settings.repeats * len(settings.prompt_tokens))
     bar = tqdm(total=per_model * len(models), desc="profile", unit="call", disable=not show_progress)
     entries = {}
     try:
         for name, path in zip(_names(models), models):
             bar.set_postfix_str(name)
-            vlm = VLM.from_pretrained(path, device=settings.device, dtype=settings.dtype)
-            entries[name] = model_entry(vlm, str(path), settings, bar)
+            entries[name] = _profile_one(path, settings, bar, api_key)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
-            del vlm
-            _free(settings.device)
     finally:
         bar.close()
+    hardware = hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
+        {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings), "hardware": hardware_info(settings.device), "versions": versions(),
+        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }
     profile["crossovers"] = crossover_points(profile) if len(entries) > 1 else []

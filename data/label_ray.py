@@ -174,6 +174,8 @@ class RayLabeller:
             except ray.exceptions.RayActorError as exc:
                 err = exc
                 self._replace(worker, _short(exc))
+            except ray.exceptions.RayTaskError as exc:
+                raise LabelsError(f"a Ray worker failed to describe the run: {_short(exc)}") from None
         raise LabelsError(f"no Ray worker could load the models: {_short(err)}")
 
     def label(self, store, todo) -> float:

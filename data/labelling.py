@@ -5,7 +5,8 @@ as far as the largest K needs; the large model's image+question prefix is prefil
 every `transfer_<K>` continue from it). Answers are scored with the data set's official scorer (`correct` =
 score >= threshold); latencies are composed from the stage records (`data/latency.py` says exactly how); features
 come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
-results, the code the runtime uses. Rows are stored crash-safely (`label_parts.py`) and merged into `--out`.
+results, the code the runtime uses. The job around it (`label_job.py`) stores rows crash-safely (`label_parts.py`),
+several samples in flight (`label_runner.py`) or on Ray (`label_ray.py`), and merges them into `--out`.
 The text sent to the models, and stored as `question`, is `Sample.prompt` (question, options, post prompt).
 A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
 """
@@ -13,17 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..router.errors import ConfigError
 from ..router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
-from .label_config import LabelConfig, both_remote
-from .label_parts import ORDER_COLUMN, PartStore
-from .label_table import METRIC_COLUMN, build_table, scorers_of
-from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, read_labels, tokens_col, write_labels
+from .label_config import LabelConfig
+from .label_parts import ORDER_COLUMN
+from .label_table import METRIC_COLUMN
+from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
 from .latency import compose_latencies
 from .loading import SampleSource
 
@@ -198,130 +196,8 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
 
 
 # ----- the run ------------------------------------------------------------------------------------------------
-def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
-            label_seconds: float) -> LabelSummary:
-    """Merge the intact parts into `cfg.out` once they hold every selected sample (never a partial file)."""
-    from ..router.errors import LabelsError
-    from .label_meta import now_iso
-
-    rows = store.read_parts()
-    stored = set(rows["sample_id"].astype(str)) if len(rows) else set()
-    missing = sorted(wanted_ids - stored)
-    if missing:
-        raise LabelsError(f"{len(missing)} of the {len(wanted_ids)} selected samples are not in {store.dir} "
-                          f"(first: {missing[:3]}); rerun the same command with --resume to label them.")
-    stray = ~rows["sample_id"].isin(wanted_ids) if len(rows) else None
-    if stray is not None and stray.any():
-        log.warning("ignoring %d stored rows whose samples are no longer selected", int(stray.sum()))
-        rows = rows[~stray]
-    table = build_table(rows, cfg.strategies)
-    failed = table[table[ERROR_COLUMN].notna()]
-    meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
-            "completed_at": now_iso()}
-    _write_out(table, cfg.out, meta, store)
-    store.remove()
-    examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
-    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
-
-
-def _write_out(table, out, meta: dict, store: PartStore) -> None:
-    from ..router.errors import RoutedVLMError
-    from .label_lock import storage_error
-
-    try:
-        write_labels(table, out, meta)
-    except OSError as exc:
-        if isinstance(exc, RoutedVLMError):
-            raise
-        raise storage_error(out, exc, kept=f"Every labelled sample is kept in {store.dir}.") from None
-
-
-def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
-    """`--resume` on a finished output: trusted only when it verifies and holds exactly the selected samples."""
-    from ..router.errors import LabelsError
-    from .labels import content_hash
-
-    df, meta = read_labels(cfg.out)
-    store.check_settings(settings, meta.get("run_settings"), str(cfg.out))
-    if meta.get("content_hash") != content_hash(df):
-        raise LabelsError(f"{cfg.out} does not match its content hash (it changed or was damaged after it was "
-                          "written) and no parts are left to rebuild it from; remove it and label again.")
-    _, keyed, _ = open_source(cfg)
-    wanted = {sid for p, sid in keyed if p % cfg.shard_count == cfg.shard_index}
-    have = set(df["sample_id"].astype(str))
-    if have != wanted:
-        raise LabelsError(f"{cfg.out} holds {len(have & wanted)} of the {len(wanted)} selected samples (and "
-                          f"{len(have - wanted)} others) and no parts are left to finish from; remove it and label "
-                          "again, or label the missing samples to another file and `routedvlm label merge` them.")
-    n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
-    log.info("%s is already complete; nothing to do", cfg.out)
-    return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
-
-
-def check_latency_source(metadata: dict, cost_meta: dict, where) -> None:
-    """Refuse to resume a run whose stored latencies mean something else (or were priced by another profile)."""
-    old, new = metadata.get("latency_source"), cost_meta.get("latency_source")
-    if old != new:
-        raise ConfigError(f"--resume: the samples stored in {where} have latency_source {old!r}, this run would "
-                          f"record {new!r} (set by --cost, --concurrency and Ray workers against servers); resume "
-                          "with the original flags so one file never mixes the two meanings, or start over.")
-    if metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
-        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {where} "
-                          "started (its sha256 differs); resume with the original profile or start over.")
-
-
-def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
-    from ..router.errors import LabelsError
-    from .label_runner import BATCHED, latency_source
-
-    store.clean_temp()
-    store.check_start(cfg.resume)  # again, under the lock: another run may have finished in between
-    if cfg.resume and store.out.exists() and not store.has_work():
-        return _already_done(cfg, store, settings, t0)
-    manifest = store.manifest() if cfg.resume else None
-    if manifest is None and store.part_files():
-        raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
-    store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
-    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_remote(cfg)))
-    if cost_meta["latency_source"] == BATCHED:
-        log.warning("several samples in flight on the servers: latency_ms__ columns will be batched wall times "
-                    "(metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
-                    "profile.json (`routedvlm profile --model URL#ID ...` against the same servers)", BATCHED)
-    metadata, seconds = (manifest or {}).get("metadata"), 0.0
-    if metadata is not None:
-        check_latency_source(metadata, cost_meta, store.dir)
-    source, keyed, load = open_source(cfg)
-    mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
-    done = store.done_ids()
-    todo = [(p, sid) for p, sid in mine if sid not in done]
-    log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
-    if cfg.ray and (todo or metadata is None):
-        from .label_ray import RayLabeller
-
-        with RayLabeller(cfg) as ray_run:  # the workers load the models; the first one describes them
-            if metadata is None:
-                metadata = ray_run.metadata(source, cost_meta)
-                store.write_manifest(settings, metadata)
-            seconds = ray_run.label(store, todo)
-    elif todo or metadata is None:
-        from .label_runner import label_todo
-
-        pipe, device = load_pipeline(cfg)
-        if metadata is None:
-            metadata = build_metadata(cfg, pipe, device, source, cost_meta)
-            store.write_manifest(settings, metadata)
-        seconds = label_todo(pipe, cfg, store, todo, load, stage_ms)
-    return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
-
-
 def run_labelling(cfg: LabelConfig) -> LabelSummary:
-    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring.
-    One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive."""
-    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
-    store.check_start(cfg.resume)
-    with store.lock:
-        try:
-            return _run_locked(cfg, store, settings, t0)
-        finally:
-            if not store.has_work():
-                store.remove()  # only our lock was there: leave no empty folder behind
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out` (see `label_job.py`)."""
+    from .label_job import run_labelling as run
+
+    return run(cfg)

@@ -136,7 +136,7 @@ def test_latency_source_says_what_latencies_mean():
 
 
 def test_resume_never_mixes_two_latency_meanings():
-    from routedvlm.data.labelling import check_latency_source
+    from routedvlm.data.label_job import check_latency_source
 
     with pytest.raises(ConfigError, match=r"^--resume: the samples stored in x have latency_source 'wall-clock', "
                                           r"this run would record 'batched-wall-clock'"):

@@ -111,11 +111,11 @@ def measure_remote(spec: str, settings, progress=None, *, api_key: str | None = 
     meas = {k: [] for k in ("preprocess", "vision", "prefill", "decode", "end_to_end")}
     image_tokens = {}
     with httpx.Client(timeout=timeout, headers=headers) as http:
-        for i, size in enumerate(settings.image_sizes):  # warm-up (not recorded) + image tokens per size
+        for i, size in enumerate(settings.image_sizes):  # warm-up (always: not recorded) + image tokens per size
             img = stream_call(http, base_url, model, random_image(size, settings.seed + 1000 + i), _question(ref_prompt, -i), 2)
             txt = stream_call(http, base_url, model, None, _question(ref_prompt, -100 - i), 2)
             image_tokens[str(size)] = max(img["prompt_tokens"] - txt["prompt_tokens"], 0)
-            if progress is not None:
+            if progress is not None and getattr(settings, "warmup", True):
                 progress.update(1)
         for rep in range(settings.repeats):
             for size in settings.image_sizes:

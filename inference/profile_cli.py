@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", default=[], metavar="PATH_OR_ID",
                    help="checkpoint folder, hub id, or '<base_url>#<model id>' of a model on an OpenAI-compatible "
                         "server (streamed, one request in flight; prompt lengths then count words); repeat for several")
-    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID")
+    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID (default: "
+                   "$ROUTEDVLM_BACKEND_API_KEY)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME_OR_CONFIG",
                    help="a published model shape with seeded random weights: "
                         "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, or a config.json path; repeatable")

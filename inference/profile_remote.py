@@ -10,23 +10,23 @@ and left out of the prefill tokens. Lengths are forced with `min_tokens` / `igno
 from __future__ import annotations
 
 import json
+import os
 import time
 
 _FILLER = "Look at the chart and tell me which bar is the tallest, how tall it is, and why. "
 
 
 def is_remote(spec) -> bool:
-    return isinstance(spec, str) and spec.startswith(("http://", "https://")) and "#" in spec
+    from .backends.remote import is_remote as remote
+
+    return remote(spec)
 
 
 def parse_remote(spec: str) -> tuple[str, str]:
-    """'<base_url>#<model id>' -> (base_url, model id)."""
-    from routedvlm.router.errors import ConfigError
+    """'<base_url>#<model id>' -> (base_url, model id) (`backends.remote.parse_remote`)."""
+    from .backends.remote import parse_remote as parse
 
-    url, _, model = spec.rpartition("#")
-    if not url.startswith(("http://", "https://")) or not model:
-        raise ConfigError(f"A server model must be given as '<base_url>#<model id>', e.g. "
-                          f"'http://127.0.0.1:8000/v1#toy-large'. Got {spec!r} instead.")
+    url, model = parse(spec)
     return url.rstrip("/"), model
 
 
@@ -104,7 +104,10 @@ def measure_remote(spec: str, settings, progress=None, *, api_key: str | None = 
 
     from .profiler import random_image
 
+    from .backends.remote import API_KEY_ENV
+
     base_url, model = parse_remote(spec)
+    api_key = api_key or os.environ.get(API_KEY_ENV)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     ref_size, ref_prompt = settings.reference
     n_dec, nonce = max(settings.output_tokens), 0

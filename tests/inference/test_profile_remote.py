@@ -92,5 +92,5 @@ def test_a_wrong_model_id_is_one_clear_error(server, tmp_path):
               "--repeats", "1", "--out", str(tmp_path / "p.json"), "--no-progress"])
     from routedvlm.inference.profile_remote import parse_remote
 
-    with pytest.raises(ConfigError, match=r"^A server model must be given as '<base_url>#<model id>'"):
+    with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
         parse_remote("http://127.0.0.1:1/v1#")

@@ -5,8 +5,6 @@ Only argparse at import time (no torch), so `--help` is fast; the measurement li
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
 import sys
 
@@ -75,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
     p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="wall",
+                   help="wall (default) or cpu: CPU seconds of the process, so a shared, loaded CPU measures what an "
+                        "idle core would take (with OMP_NUM_THREADS=1; CPU devices only)")
     p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
@@ -105,13 +106,6 @@ def resolve_args(args) -> tuple[dict, list]:
     if args.out.exists() and args.out.is_dir():
         raise ConfigError(f"The `--out` path {str(args.out)!r} is a folder; pass a file path such as profile.json.")
     return preset, shapes
-
-
-def _write_json(path: pathlib.Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def _summary(profile: dict) -> str:
@@ -151,11 +145,12 @@ def _progress_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
+    from .profile_env import write_json
     from .profiler import ProfileSettings, run_profile
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
-                               dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup)
+                               dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup, clock=args.clock)
     _progress_logging()
     if preset:
         from .gpu_check import run_gpu_check, summary_lines
@@ -164,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                                show_progress=not args.no_progress, memory_margin_gib=args.memory_margin_gib)
         print("\n".join([_summary(result), *summary_lines(result)] + [f"wrote {p}" for p in result["written"]]))
         return 0
+    partial = args.out.with_name(args.out.stem + ".partial.json")
     profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
-                          memory_margin_gib=args.memory_margin_gib)
-    _write_json(args.out, profile)
+                          memory_margin_gib=args.memory_margin_gib, partial_path=partial)
+    write_json(args.out, profile)
+    partial.unlink(missing_ok=True)
     print(_summary(profile))
     print(f"wrote {args.out}")
     if args.plots_dir is not None:

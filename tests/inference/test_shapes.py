@@ -187,6 +187,52 @@ def test_cli_profiles_shapes_with_memory_and_time(tmp_path, capsys):
         assert len(entry["measurements"]["prefill"]) == 2
     assert [c["m"] for c in prof["crossovers"]] == [3]
     assert "process peak RSS" in capsys.readouterr().out
+    assert not (tmp_path / "profile.partial.json").exists()  # written after each model, removed at the end
+
+
+def test_every_shape_is_checked_before_the_first_measurement(tmp_path, monkeypatch):
+    from routedvlm.inference import shape_memory
+    from routedvlm.inference.profiler import ProfileSettings, run_profile
+
+    monkeypatch.setattr(shape_memory, "available_gib", lambda device: (4.0, "a test"))
+    tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
+    settings = ProfileSettings(image_sizes=[64], prompt_tokens=[4], output_tokens=[1, 3], repeats=1, warmup=False)
+    with pytest.raises(InsufficientMemoryError, match=r"^The shape 'qwen3-vl-8b' needs about"):
+        run_profile([], settings, show_progress=False, shapes=[str(tiny), "qwen3-vl-8b"],
+                    partial_path=tmp_path / "partial.json")
+    assert not (tmp_path / "partial.json").exists()  # refused before the tiny shape was measured
+
+
+def test_partial_profile_is_written_after_each_model(tmp_path):
+    from routedvlm.inference.profiler import ProfileSettings, run_profile
+
+    tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
+    settings = ProfileSettings(image_sizes=[64], prompt_tokens=[4, 8], output_tokens=[1, 3], repeats=1,
+                               warmup=False, clock="cpu")
+    prof = run_profile([], settings, show_progress=False, shapes=[str(tiny)], partial_path=tmp_path / "p.json")
+    partial = json.loads((tmp_path / "p.json").read_text())
+    assert list(partial["models"]) == ["tiny"] and partial["crossovers"] == []
+    assert partial["settings"]["clock"] == "cpu" and prof["models"]["tiny"]["fit"] == partial["models"]["tiny"]["fit"]
+
+
+def test_cpu_clock_is_for_cpu_devices_only():
+    from routedvlm.inference.profiler import ProfileSettings
+
+    with pytest.raises(ConfigError, match=r"^The `clock` setting must be one of 'cpu' or 'wall'\. Got 'gpu'"):
+        ProfileSettings(clock="gpu")
+    with pytest.raises(ConfigError, match=r"^The `clock` setting 'cpu' measures CPU seconds and cannot time a 'cuda'"):
+        ProfileSettings(clock="cpu", device="cuda")
+
+
+def test_clock_swaps_the_time_stamps_of_generation():
+    import time
+
+    from routedvlm.inference import generation
+
+    assert generation.now.__module__ == generation.__name__
+    with generation.clock(lambda: 42.0):
+        assert generation.now() == 42.0
+    assert abs(generation.now() - time.perf_counter()) < 1.0
 
 
 def test_cli_needs_a_model_or_a_shape(tmp_path):

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
     p.add_argument("--plots-dir", type=pathlib.Path, default=None, help="write components.png and crossover.png here")
+    p.add_argument("--crossover-m", type=_int_list("--crossover-m"), default=None, metavar="M,...",
+                   help="small-model output lengths M for the crossovers N*(M), from the fit (default: the "
+                        "--output-tokens above 1; larger M extrapolate the fitted decode line)")
+    p.add_argument("--from", dest="from_profile", type=pathlib.Path, default=None, metavar="PROFILE_JSON",
+                   help="re-analyse an existing profile.json (summary, crossovers, plots; --out rewrites it) "
+                        "without measuring anything")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -95,6 +101,11 @@ def resolve_args(args) -> tuple[dict, list]:
     args.out = args.out or (pathlib.Path(preset["out"]) if preset else None)
     args.plots_dir = args.plots_dir or (pathlib.Path(preset["plots_dir"]) if preset else None)
     shapes = args.shape or list(preset.get("shapes", []))
+    if args.from_profile is not None:
+        if args.model or shapes:
+            raise ConfigError("The `--from` flag re-analyses a saved profile; it cannot be combined with --model, "
+                              "--shape or --preset.")
+        return preset, shapes
     if preset and args.model:
         raise ConfigError("The `--model` flag cannot be combined with --preset; the preset profiles --shape models "
                           f"(default {', '.join(shapes)}).")
@@ -142,9 +153,33 @@ def _progress_logging() -> None:
         log.setLevel(logging.INFO)
 
 
+def _report(profile: dict, args) -> int:
+    """Crossovers at --crossover-m (if given), the summary, --out and the plots of a measured or loaded profile."""
+    from .crossover import crossover_points
+    from .profile_env import write_json
+
+    if args.crossover_m:
+        profile["crossovers"] = crossover_points(profile, args.crossover_m) if len(profile["models"]) > 1 else []
+    print(_summary(profile))
+    if args.out is not None:
+        write_json(args.out, profile)
+        print(f"wrote {args.out}")
+    if args.plots_dir is not None:
+        from .profile_plots import plot_components, plot_crossover
+
+        for path in (plot_components(profile, args.plots_dir / "components.png"),
+                     plot_crossover(profile, args.plots_dir / "crossover.png", args.crossover_m)):
+            print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
+    if args.from_profile is not None:
+        from .latency_model import read_profile
+
+        return _report(read_profile(args.from_profile), args)
     from .profile_env import write_json
     from .profiler import ProfileSettings, run_profile
 
@@ -164,15 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                           memory_margin_gib=args.memory_margin_gib, partial_path=partial)
     write_json(args.out, profile)
     partial.unlink(missing_ok=True)
-    print(_summary(profile))
-    print(f"wrote {args.out}")
-    if args.plots_dir is not None:
-        from .profile_plots import plot_components, plot_crossover
-
-        for path in (plot_components(profile, args.plots_dir / "components.png"),
-                     plot_crossover(profile, args.plots_dir / "crossover.png")):
-            print(f"wrote {path}")
-    return 0
+    return _report(profile, args)
 
 
 if __name__ == "__main__":

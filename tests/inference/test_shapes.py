@@ -319,3 +319,39 @@ def test_shape_builds_and_generates_on_cuda(tmp_path):
     assert {p.dtype for p in vlm.model.parameters()} == {torch.bfloat16}
     call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, "cuda")
     assert call["image_tokens"] == 196 and len(call["gen"].token_ids) == 4 and call["gen"].prefill_ms > 0
+
+
+def test_from_reanalyses_a_saved_profile_at_other_m(tmp_path, capsys):
+    from test_profiler import synthetic_profile
+
+    from routedvlm.inference.crossover import crossover_points
+    from routedvlm.inference.profile_cli import main
+
+    saved = tmp_path / "profile.json"
+    saved.write_text(json.dumps(synthetic_profile()))
+    before = saved.read_text()
+    out = tmp_path / "again.json"
+    assert main(["--from", str(saved), "--crossover-m", "16,256", "--out", str(out), "--plots-dir", str(tmp_path)]) == 0
+    assert saved.read_text() == before
+    again = json.loads(out.read_text())
+    assert [c["m"] for c in again["crossovers"]] == [16, 256]
+    assert again["crossovers"] == crossover_points(synthetic_profile(), [16, 256])
+    assert "producing 256" in capsys.readouterr().out and (tmp_path / "crossover.png").exists()
+    with pytest.raises(ConfigError, match=r"^The `--from` flag re-analyses a saved profile"):
+        main(["--from", str(saved), "--shape", "qwen3-vl-2b"])
+
+
+def test_the_shipped_cpu_profile_reports_its_crossovers():
+    """docs/profile_qwen3vl_2b_4b_cpu.json (README numbers): the 4B wins only once the 2B reasons past ~120 tokens."""
+    import pathlib
+
+    from routedvlm.inference.crossover import crossover_points
+    from routedvlm.inference.latency_model import read_profile
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "profile_qwen3vl_2b_4b_cpu.json"
+    prof = read_profile(path)
+    assert prof["settings"]["clock"] == "cpu" and prof["settings"]["dtype"] == "bfloat16"
+    assert {n: e["parameters"] for n, e in prof["models"].items()} == {k: PUBLISHED[k] for k in ("qwen3-vl-2b",
+                                                                                               "qwen3-vl-4b")}
+    points = {c["m"]: c["large_tokens"] for c in crossover_points(prof, [16, 64, 256, 1024])}
+    assert points[16] is None and points[64] is None and 0 < points[256] < points[1024] < 1024

@@ -128,7 +128,7 @@ class Calibration:
                     else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
             return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
                     f"{more}. Falling back to always {s.reference}.")
-        return (f"with probability >= {1 - self.delta:.2f} over the calibration draw, on new traffic from the same "
+        return (f"with probability >= {1 - self.delta:.4g} over the calibration draw, on new traffic from the same "
                 f"distribution: {claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; observed "
                 f"{c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
 
@@ -168,7 +168,7 @@ def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, lis
     chains = model_chains(router.policy, label_strategies(train))
     scorer = Scorer(router, train)
     keyed = []
-    for m in baseline_members(train):
+    for m in baseline_members(train, router.policy.strategies):
         correct, latency, _ = scorer.score(m)
         keyed.append((0 if spec.is_trivial(m) else 1, spec.losses(scorer.df, correct).mean(), -latency.mean(), m))
     chains["baselines"] = [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]

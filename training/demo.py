@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         elif f.type == "bool":
             p.add_argument(flag, action="store_true", help=f.metadata["help"])
         else:
-            conv = int if f.type.startswith("int") else float if f.type == "float" else str
+            conv = int if f.type.startswith("int") else float if f.type.startswith("float") else str
             shown = f" (default {f.default})" if f.default not in (None, MISSING) else ""
             p.add_argument(flag, type=conv, default=f.default, help=f.metadata["help"] + shown)
     r = p.add_argument_group("--random: tiny random-weight models (mechanics only)")

@@ -62,7 +62,8 @@ def train_all(cfg, labels_path: Path, say) -> list[Trained]:
             tc = TrainConfig(data=str(labels_path), router=kind, mode=mode, with_small_direct=with_small and kind == "lora-probe",
                              output_dir=str(Path(cfg.out) / "train" / name.replace(" ", "-")),
                              tracking_uri=cfg.tracking_uri, register_as=cfg.register_as, experiment="routedvlm-demo",
-                             seed=cfg.seed, target_accuracy=cfg.target_accuracy, delta=cfg.delta / n,
+                             seed=cfg.seed, target_accuracy=cfg.target_accuracy,
+                             min_accuracy=cfg.min_accuracy, delta=cfg.delta / n,
                              allow_constant_features=True, calib_fraction=cfg.split_share, test_fraction=cfg.split_share)
             result = (train_probe if kind == "lora-probe" else train_router)(tc, labels, metadata)
             t = Trained(name, tc, result)

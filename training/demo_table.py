@@ -163,7 +163,10 @@ def format_markdown(rows: list[dict]) -> str:
 def certificate_lines(header: dict) -> list[str]:
     """The champion's certificate and what it promises on the eval samples."""
     cert, target = header["certificate"], header["eval_target"]
-    return [f"certificate (champion {header['champion']}, {cert.get('n')} calibration rows): {cert.get('statement')}",
+    joint = (f"; each of the {header['n_routers']} routers was certified at delta {cert['delta']:g}, so the champion's "
+             f"guarantee holds at delta {header['delta']:g} whichever won" if header.get("n_routers", 1) > 1 else "")
+    return [f"certificate (champion {header['champion']}, {cert.get('n')} calibration rows): {cert.get('statement')}"
+            + joint,
             f"on the eval split that promises accuracy >= {target['text']} = "
             + (f"{target['required']:.3f} (SE {target['se']:.3f})" if target["required"] is not None else "-")]
 

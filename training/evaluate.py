@@ -4,8 +4,8 @@ rule of the family at its calibrated parameter, and the chosen policy, each with
 Rows (accuracy, mean and p90 realized latency, speed-up = mean latency of `large_reason` / the row's, mix):
 - every single strategy, run standalone (`latency_ms__s`); `oracle`: per sample the cheapest correct candidate
   (standalone latency), else the cheapest candidate (counted wrong);
-- `mutual verification K=k` for every K of the labels: cascade paying large_direct + small_direct; accept
-  large_direct when the two direct answers agree, else transfer_k;
+- `mutual verification K=k` for every candidate K: cascade paying large_direct + small_direct; accept
+  large_direct when the two direct answers agree, else transfer_k (members of the family's baselines chain);
 - per parameterised rule (tau-rule, lagrangian, binary large_direct/large_reason): its least-latency certified
   parameter on the calibration rows (training/certify.py); a rule with none certified has no row;
 - `chosen: <rule>` (last): the member calibration picked among all of them (it is never slower on the calibration
@@ -49,10 +49,10 @@ def oracle_row(test: pd.DataFrame, candidates: list[str], ref) -> dict:
     return summarize("oracle", "oracle", ok[rows, pick], lat[rows, pick], np.asarray(candidates)[pick], ref)
 
 
-def mutual_verification_rows(scorer: Scorer, ref) -> list[dict]:
-    """Mutual verification at every K of the labels (none when small_direct is not labelled)."""
+def mutual_verification_rows(scorer: Scorer, ref, candidates=None) -> list[dict]:
+    """Mutual verification at every (candidate) K of the labels (none when small_direct is not labelled)."""
     out = []
-    for m in baseline_members(scorer.df):
+    for m in baseline_members(scorer.df, candidates):
         if m.rule["name"] == "mutual-verification":
             correct, latency, chosen = scorer.score(m)
             out.append(summarize(m.name, "baseline", correct, latency, chosen, ref, rule=m.rule))
@@ -98,7 +98,7 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, cali
     rows = [summarize(s, "single", test[f"correct__{s}"], test[f"latency_ms__{s}"], [s] * len(test), ref)
             for s in present]
     rows.append(oracle_row(test, list(policy.strategies), ref))
-    rows += mutual_verification_rows(scorer, ref)
+    rows += mutual_verification_rows(scorer, ref, policy.strategies)
     for chain in PARAM_CHAINS:
         best = calibration.best(chain)
         if best is not None:

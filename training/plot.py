@@ -2,6 +2,7 @@
 labelled point."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 MARKERS = {"single": "o", "oracle": "*", "baseline": "s", "rule": "^", "learned": "D"}
@@ -21,7 +22,7 @@ def plot_curve(evaluation: dict, path, *, title: str | None = None, split: str =
         ax.plot([p["mean_latency_ms"] for p in curve], [p["accuracy"] for p in curve], "-", alpha=0.6,
                 color=CURVE_COLORS.get(chain, "tab:gray"),
                 label=f"{chain} rule, whole parameter sweep (area {evaluation['auc'][chain]:.3f})")
-    colors = iter([c for c in plt.get_cmap("tab10").colors if c not in plt.get_cmap("tab10").colors[:1]])
+    colors = itertools.cycle(plt.get_cmap("tab20").colors)
     for row in evaluation["rows"]:
         x, y, kind = row["mean_latency_ms"], row["accuracy"], row["kind"]
         if kind == "single":  # single strategies: grey dots, labelled in place

@@ -52,6 +52,8 @@ def format_table(evaluation: dict) -> str:
                and not any(r["kind"] == "rule" and r["rule"]["name"] == k for r in evaluation["rows"])]
     if missing:
         lines.append(f"(no parameter of {', '.join(missing)} certified on the calibration rows: no row)")
-    lines += [target_text(evaluation), "certificate: " + evaluation["certificate"]["statement"],
+    c = evaluation["certificate"]
+    lines += [target_text(evaluation), f"certificate: {c['statement']} [{c['method']}; delta {c['delta']}, "
+              f"n {c['n']} calibration rows, bound {c['bound'] if c['bound'] is None else round(c['bound'], 4)}]",
               verdict_line(evaluation), area_line(evaluation)]
     return "\n".join(lines)

@@ -6,9 +6,9 @@ Each chain is ordered conservative -> aggressive and fixed before any calibratio
   c_max = the largest expected cost), in the router's mode;
 - `binary`: accept `large_direct` when P(large_direct) >= theta, else `large_reason` (the fallback when
   large_reason is not labelled), theta = 1 ... 0, in the router's mode (a cascade pays large_direct first);
-- `baselines`: the members without a parameter or a model: mutual verification at every K of the labels (cascade,
-  both direct stages paid) and every single strategy (one-shot), ordered by their loss on the training rows (an
-  honest estimate: they use no model), lowest first.
+- `baselines`: the members without a parameter or a model: mutual verification at every candidate K (cascade,
+  both direct stages paid; the direct answers must be labelled) and every candidate strategy alone (one-shot),
+  ordered by their loss on the training rows (an honest estimate: they use no model), lowest first.
 Works for any router that gives P(correct) per candidate strategy per row (`Router.predict_proba`).
 """
 from __future__ import annotations
@@ -60,10 +60,10 @@ def model_chains(policy, present: list[str]) -> dict[str, list[Member]]:
     return out
 
 
-def baseline_members(df: pd.DataFrame) -> list[Member]:
+def baseline_members(df: pd.DataFrame, candidates=None) -> list[Member]:
     """Mutual verification at every K of the labels (when both direct answers are labelled) and every single
-    strategy (one-shot), unordered."""
-    present = label_strategies(df)
+    strategy (one-shot), unordered; only strategies among `candidates` (default: every labelled one) are used."""
+    present = [s for s in label_strategies(df) if candidates is None or s in candidates]
     out = []
     if {LARGE_DIRECT, SMALL_DIRECT} <= set(present):
         for s in present:

@@ -25,6 +25,7 @@ DEFAULT_N_LABEL, DEFAULT_N_EVAL = 1000, 150  # 1000: 250 calibration rows certif
 MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
+DEFAULT_TARGET, QUICK_MIN_ACCURACY = 0.95, 0.6
 
 
 def _f(default, help: str):
@@ -43,8 +44,11 @@ class DemoConfig:
     checkpoints: str | None = _f(None, "folder with the toy small/ and large/ checkpoints (default: the shipped pair)")
     tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
     register_as: str = _f("vlm-router", "registered model name; the new version is promoted to `champion`")
-    target_accuracy: float = _f(0.95, "train-router target: accuracy as a fraction of the best single strategy's, "
-                                      "certified (0.98 needs more calibration rows than the demo labels)")
+    target_accuracy: float | None = _f(None, "train-router target: accuracy as a fraction of the best single "
+                                             f"strategy's, certified (default {DEFAULT_TARGET}; 0.98 needs more "
+                                             "calibration rows than the demo labels)")
+    min_accuracy: float | None = _f(None, f"absolute accuracy target instead (default with --quick: {QUICK_MIN_ACCURACY}: "
+                                          "its 20 calibration rows cannot certify a relative one)")
     delta: float = _f(0.1, "Learn-then-Test level of the champion's certificate (each router gets delta / routers)")
     routers: str = _f("lightgbm,lora-probe", "router types to train, each in cascade and one-shot mode; the best "
                                              "certified utility becomes champion")
@@ -59,9 +63,15 @@ class DemoConfig:
         if self.n_label < MIN_N_LABEL:
             raise ConfigError(f"The `n_label` setting must be at least {MIN_N_LABEL} (train-router needs 40 train, "
                               f"20 calibration and 20 test rows). Got {self.n_label!r} instead.")
-        if not 0.0 < float(self.target_accuracy) <= 1.0:
-            raise ConfigError(f"The `target_accuracy` setting must be in (0, 1], a fraction of the best single "
-                              f"strategy's accuracy. Got {self.target_accuracy!r} instead.")
+        if self.target_accuracy is None and self.min_accuracy is None:
+            self.target_accuracy, self.min_accuracy = (None, QUICK_MIN_ACCURACY) if self.quick else (DEFAULT_TARGET, None)
+        if self.target_accuracy is not None and self.min_accuracy is not None:
+            raise ConfigError("Give one of the `target_accuracy` and `min_accuracy` settings, not both.")
+        for name in ("target_accuracy", "min_accuracy"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < float(value) < 1.0:
+                raise ConfigError(f"The `{name}` setting must be in (0, 1) (target_accuracy: a fraction of the best "
+                                  f"single strategy's accuracy). Got {value!r} instead.")
         if not 0.0 < float(self.delta) < 1.0:
             raise ConfigError(f"The `delta` setting must be in (0, 1). Got {self.delta!r} instead.")
         from .demo_routers import parse_routers
@@ -216,8 +226,8 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     rows = T.with_verdicts(rows, target)
     header = {"router": uri, "champion": best.name, "version": best.info.get("version"),
               "tracking_uri": best.info["tracking_uri"], "mode": routed.router.policy.mode,
-              "rule": routed.router.policy.decision_rule, "target_accuracy": cfg.target_accuracy,
-              "certificate": cert, "eval_target": target, "n_label": cfg.n_label, "n_eval": len(eval_df),
+              "rule": routed.router.policy.decision_rule, "target": routed.router.policy.target,
+              "certificate": cert, "eval_target": target, "delta": cfg.delta, "n_routers": len(trained), "n_label": cfg.n_label, "n_eval": len(eval_df),
               "live_fallbacks": sum(r["fallback"] for r in live[CHAMPION]), "live_wall_mean_ms": rows[0]["wall_mean_ms"],
               "seconds": round(time.perf_counter() - t0, 1)}
     paths = T.write_outputs(Path(cfg.out), rows, header, T.rule_curves(best, eval_df))

@@ -109,6 +109,7 @@ class Calibration:
     feasible: bool = False
     rows_needed: int | None = None
     needed_for: str | None = None
+    router_mode: tuple = ("", ())  # the mode and paid stages the router's model was trained for
 
     def best(self, chain: str) -> Scored | None:
         """The chain's least-latency certified member (latency targets: its pick within the budget)."""
@@ -143,6 +144,7 @@ class Calibration:
                 "loss": s.loss_text, "risk_limit": s.alpha, "reference": s.reference,
                 "reference_train_accuracy": s.reference_train_accuracy, "level_per_chain": self.level,
                 "chains": [k for k in CHAINS if k in self.chains], "chosen": c.member.name,
+                "router_mode": self.router_mode[0], "router_paid_stages": list(self.router_mode[1]),
                 "risk_observed": c.risk, "losses": c.losses, "p_value": c.p_value, "certified": bool(c.certified),
                 "feasible": bool(self.feasible), "rows_needed": self.rows_needed, "statement": self.statement()}
 
@@ -192,8 +194,11 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
             rows.append(Scored(m, float(correct.mean()), float(latency.mean()),
                                int(spec.losses(scorer.df, correct).sum()), n))
         scored[name] = rows
+    mode = (router.policy.mode, tuple(router.policy.paid_stages))
     if spec.kind == "none":
-        return _pick_within_budget(target, spec, scored, n)
+        cal = _pick_within_budget(target, spec, scored, n)
+        cal.router_mode = mode
+        return cal
     level = delta / len(scored)
     for rows in scored.values():
         p = [0.0 if spec.is_trivial(s.member) else float(ltt.binomial_p_value(s.losses, n, spec.alpha)) for s in rows]
@@ -201,7 +206,7 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
             s.p_value = p[i]
         for i in ltt.fixed_sequence(p, level):
             rows[i].certified = True
-    return _choose(Calibration(target, spec, float(delta), n, level, scored))
+    return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode))
 
 
 def _choose(cal: Calibration) -> Calibration:

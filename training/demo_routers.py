@@ -103,3 +103,22 @@ def summary_rows(trained: list[Trained]) -> str:
         lines.append(f"  {t.name:<20} {ev['certificate']['chosen']:<46} test: {ev['rows'][-1]['verdict']:<28} "
                      f"certified utility {'-' if u == -math.inf else f'{u:.2f}'}")
     return "\n".join(lines)
+
+
+def binary_router(trained: list, best):
+    """(router, its Trained) for the binary accept-or-reason rule at its certified threshold, on a LightGBM
+    router's P(large_direct) (cascade first: no second probe on RoutedVLM's small model), else the champion's;
+    (None, None) when no router certified one."""
+    import copy
+
+    from routedvlm.router.policy import Policy
+
+    for t in sorted(trained, key=lambda t: (not t.name.startswith("lightgbm"), t is not best, t.name)):
+        member = t.result.evaluation["calibration"]["best_per_chain"].get("binary")
+        if member:
+            router = copy.copy(t.result.router)
+            router.policy = Policy.from_dict({**t.result.router.policy.to_dict(), "rule": member["rule"],
+                                              "mode": member["mode"], "paid_stages": member["paid_stages"],
+                                              "certificate": {}})
+            return router, t
+    return None, None

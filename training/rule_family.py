@@ -48,9 +48,10 @@ class Member:
                 "name": self.name}
 
 
-def model_chains(policy, present: list[str]) -> dict[str, list[Member]]:
-    """The tau, lagrangian and binary chains of a router with `policy`, given the strategies the labels hold."""
-    mode, paid = policy.mode, tuple(policy.paid_stages)
+def model_chains(policy, present: list[str], mode: str | None = None, paid=None) -> dict[str, list[Member]]:
+    """The tau, lagrangian and binary chains of a router with `policy` (in `mode` with `paid` stages, default the
+    policy's), given the strategies the labels hold."""
+    mode, paid = mode or policy.mode, tuple(policy.paid_stages if paid is None else paid)
     c_max = max([float(v) for v in policy.expected_cost_ms.values()] + [1e-9])
     out = {"tau": [Member(tau_rule(t), "tau", mode, paid) for t in TAU_GRID],
            "lagrangian": [Member(lagrangian_rule(x / c_max), "lagrangian", mode, paid) for x in LAMBDA_GRID]}

@@ -204,24 +204,6 @@ def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
     return routed, uri
 
 
-def binary_router(trained: list, best):
-    """The binary accept-or-reason rule at its certified threshold, on the champion's P(large_direct) when the
-    champion certified one, else on the first router (LightGBM first) that did; None when none did."""
-    import copy
-
-    from routedvlm.router.policy import Policy
-
-    for t in [best] + sorted((t for t in trained if t is not best), key=lambda t: t.name):
-        member = t.result.evaluation["calibration"]["best_per_chain"].get("binary")
-        if member:
-            router = copy.copy(t.result.router)
-            router.policy = Policy.from_dict({**t.result.router.policy.to_dict(), "rule": member["rule"],
-                                              "mode": member["mode"], "paid_stages": member["paid_stages"],
-                                              "certificate": {}})
-            return router, t
-    return None, None
-
-
 def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
     from . import demo_table as T
@@ -234,7 +216,7 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     say(f"[2/4] train-router ({cfg.routers}; cascade and one-shot each) + MLflow registration ...")
     trained, best = train_and_register(cfg, label_labels, say)
     routed, uri = load_routed(cfg, best.info, best.result.labels_hash)
-    binary, binary_from = binary_router(trained, best)
+    binary, binary_from = R.binary_router(trained, best)
     live_names = [CHAMPION, *([BINARY] if binary is not None else []),
                   *([MUTUAL] if cfg.live_mutual_verification else []), REFERENCE]
     say(f"[3/4] {cfg.n_eval} toy `eval` samples: every strategy (the labeller), then live through RoutedVLM: "

@@ -206,6 +206,7 @@ def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
 
 def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
+    from . import demo_routers as R
     from . import demo_table as T
 
     stage_cost(cfg)  # a bad --cost profile fails before any labelling

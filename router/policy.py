@@ -20,6 +20,7 @@ POLICY_FILE = "policy.json"
 MODES = ("cascade", "one-shot")
 PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
 TARGET_KINDS = ("accuracy", "latency_ms")
+PROMPT_TEMPLATES = ("custom", "lmms-eval", "none")  # routedvlm.inference.prompts.TEMPLATE_NAMES
 
 
 def _now() -> str:
@@ -47,6 +48,9 @@ class Policy:
     fallback: str = field(default="large_reason", metadata=_meta("strategy taken when no candidate reaches tau"))
     target: dict = field(default_factory=dict, metadata=_meta("{'kind': 'accuracy'|'latency_ms', 'value': x}"))
     training_data_hash: str = field(default="", metadata=_meta("content hash of the labels trained on"))
+    prompt_template: dict | None = field(default=None, metadata=_meta(
+        "the prompt template the labels were made with (name, text, instructions); RoutedVLM applies it to each "
+        "question. None: questions go to the models as given"))
     metrics: dict = field(default_factory=dict, metadata=_meta("evaluation metrics"))
     params: dict = field(default_factory=dict, metadata=_meta("router-type-specific parameters and model files"))
     created_at: str = field(default_factory=_now, metadata=_meta("ISO 8601 UTC creation time"))
@@ -77,6 +81,7 @@ class Policy:
         for name in ("metrics", "params"):
             if not isinstance(getattr(self, name), dict):
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
+        out += _template_problems(self.prompt_template)
         for name in ("training_data_hash", "created_at"):
             if not isinstance(getattr(self, name), str):
                 out.append(f"`{name}` must be a string. Got {getattr(self, name)!r}.")
@@ -193,6 +198,15 @@ class Policy:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RouterError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _template_problems(t) -> list[str]:
+    if t is None:
+        return []
+    if not isinstance(t, dict) or set(t) - {"name", "text", "instructions"} or t.get("name") not in PROMPT_TEMPLATES:
+        return [f"`prompt_template` must be None or a dict with `name` one of {one_of(PROMPT_TEMPLATES)} (and `text`, "
+                f"`instructions`), as the labels' metadata records it. Got {t!r}."]
+    return []
 
 
 def _is_strategy(s) -> bool:

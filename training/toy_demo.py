@@ -113,7 +113,7 @@ def train_and_register(cfg: DemoConfig, labels_path: Path, say):
 def live_one(routed, sample) -> dict:
     """Answer one sample through `routed` (a RoutedVLM): its record (correct, latency_ms, strategy, wall_ms, ...)."""
     t0 = time.perf_counter()
-    out = routed.generate(image=sample.images[0], question=sample.prompt)
+    out = routed.generate(image=sample.images[0], question=sample.question)  # RoutedVLM applies the template
     wall = (time.perf_counter() - t0) * 1000
     return {"sample_id": sample.sample_id, "answer": out.text, "correct": bool(sample.score(out.text) >= 0.5),
             "strategy": out.strategy, "latency_ms": float(out.latency_ms), "wall_ms": wall, "fallback": bool(out.fallback)}

@@ -71,6 +71,8 @@ def test_end_to_end_output_follows_the_schema(full_run):
     assert meta["models"]["small"]["revision"].startswith("sha256:") and meta["models"]["large"]["dtype"] == "float32"
     assert meta["models"]["small"]["modes"]["reason"]["mode"] == "think" and meta["prompts"]["answer_marker"]
     ok = df[df["error"].isna()]
+    assert meta["prompt_template"] == {"name": "none", "text": None, "instructions": None}  # local data: as given
+    assert list(ok["question"]) == [f"What color is bar {i}?" for i in (0, 2, 3, 4)]
     for k in ("2", "4", "all"):  # the two-stage increment skips the large prefix the standalone transfer pays
         assert (ok[f"latency_ms__escalate_{k}"] < ok[f"latency_ms__transfer_{k}"]).all()
     assert (ok["feat__prompt__image_count"] == 1).all() and ok["feat__large_direct__answer_tokens"].ge(2).all()

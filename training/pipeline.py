@@ -108,7 +108,9 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
     """(candidates, features, paid stages), after every input check that needs no training. Candidates:
     --strategies, else the labels' metadata `candidates`, else every strategy in the labels."""
     from . import fit as fitmod
+    from .split import check_enough_rows
 
+    check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)

@@ -97,7 +97,7 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
     share = a.test["dataset"].value_counts(normalize=True)
     assert share.sub(synthetic_df["dataset"].value_counts(normalize=True)).abs().max() < 0.02
-    with pytest.raises(TrainingError, match=r"^The labels have 50 rows; train-router needs at least 80"):
+    with pytest.raises(TrainingError, match=r"^The labels have 50 usable row\(s\); train-router needs at least 80"):
         split_labels(synthetic_df.head(50))
 
 

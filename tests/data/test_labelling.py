@@ -302,3 +302,16 @@ def test_merge_refuses_files_of_different_runs(full_run, tmp_path):
     other = write_labels(df, tmp_path / "other.parquet", {**meta, "selector": "suffix"})
     with pytest.raises(LabelsError, match=r"^These labels files come from different runs .*'selector' differs"):
         _label("merge", str(tmp_path / "m.parquet"), str(full_run), str(other))
+
+
+@pytest.mark.slow
+def test_a_run_where_every_sample_failed_exits_1(world, tmp_path, capsys):
+    broken = tmp_path / "broken.parquet"
+    pd.DataFrame([{"sample_id": f"b{i}", "question": "q?", "answer": ["a"], "image": b"not an image"}
+                  for i in range(2)]).to_parquet(broken)
+    out = tmp_path / "labels.parquet"
+    args = _args(world, out)
+    args[args.index("--dataset") + 1] = str(broken)
+    assert _label(*args) == 1
+    err = capsys.readouterr().err
+    assert "error: every sample failed (2 of 2)" in err and out.is_file()  # the errors stay inspectable

@@ -24,6 +24,33 @@ def test_help_is_fast_and_imports_no_heavy_module():
                  "--register-as", "--promote", "--no-register", "--tracking-uri", "--output-dir", "--seed"):
         assert flag in out.stdout
     assert "example:\n  train-router --data labels.parquet" in out.stdout
+    assert out.stdout.startswith("usage: routedvlm train ")  # the name it was called by
+
+
+def test_train_router_help_and_version_name_the_command(capsys):
+    from importlib.metadata import version
+
+    from routedvlm.training.cli import train_router_main
+
+    for argv, call in ((["--help"], train_router_main), (["--version"], train_router_main),
+                       (["train", "--version"], main)):
+        with pytest.raises(SystemExit) as exc:
+            call(argv)
+        assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: train-router ") and out.count(f"routedvlm {version('routedvlm')}\n") == 2
+    assert main(["--version"]) == 0 and capsys.readouterr().out == f"routedvlm {version('routedvlm')}\n"
+
+
+def test_progress_bars_redraw_rarely_when_stderr_is_not_a_terminal():
+    """`make demo > log` used to get ~1,150 bar updates; through the routedvlm command a log file now gets one redraw
+    every 30 s at most (tqdm reads TQDM_MININTERVAL when it is imported, after the dispatcher set it)."""
+    code = ("import time\nfrom routedvlm.training import cli\ncli._quiet_progress_when_not_a_tty()\n"
+            "from tqdm.auto import tqdm\nfor _ in tqdm(range(200)):\n    time.sleep(0.002)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TQDM_MININTERVAL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("\r") <= 3  # first draw and close; a terminal bar (every 0.1 s) redraws 4+ times in 0.4 s
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-gpu demo clean
+.PHONY: install test test-gpu gpu-check demo clean scorer-diff
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,29 @@ test: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
+# On a CUDA machine: Qwen3-VL 2B/8B shapes (random weights) on the paper's grid + escalation + GPU tests,
+# into runs/gpu-check/ (< 10 min on one H200). GPU_CHECK_ARGS overrides, e.g. GPU_CHECK_ARGS="--device cuda:1".
+gpu-check: $(STAMP)
+	$(VENV)/bin/routedvlm profile --preset gpu-check $(GPU_CHECK_ARGS)
+
 demo: $(STAMP)
 	$(VENV)/bin/routedvlm demo $(DEMO_ARGS)
 
+# Dev only: compare routedvlm.data.scorers with the reference scorers on generated cases (README "How the
+# scorers are checked"). Builds .venv-scorers with lmms-eval 0.7.3 from the registry; SCORER_REFS=DIR adds
+# VLMEvalKit, MMMU and MathVista from git repositories under DIR (at the commits in tools/scorer_diff).
+SCORER_VENV ?= .venv-scorers
+SCORER_STAMP := $(SCORER_VENV)/.installed-stamp
+SCORER_REFS ?=
+
+$(SCORER_STAMP): tools/scorer_diff/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(SCORER_VENV)
+	$(SCORER_VENV)/bin/pip install --no-deps -r tools/scorer_diff/requirements.txt
+	$(SCORER_VENV)/bin/pip install --no-deps -e .
+	touch $(SCORER_STAMP)
+
+scorer-diff: $(SCORER_STAMP)
+	OMP_NUM_THREADS=1 $(SCORER_VENV)/bin/python -m tools.scorer_diff $(if $(SCORER_REFS),--refs $(SCORER_REFS)) $(SCORER_DIFF_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(SCORER_VENV) .pytest_cache build *.egg-info

@@ -104,12 +104,26 @@ class Router(ABC):
 
     # ---- persistence ----
     def save(self, directory) -> Path:
-        """Write policy.json and the model files into `directory`; returns the folder."""
+        """Write the model files, then policy.json with their sha256 digests, into `directory`; returns the folder."""
+        from .integrity import digests
+
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self._save_files(directory)
+        self.policy.model_sha256 = digests(directory, self.model_files(self.policy))
         self.policy.save(directory)
         return directory
+
+    @classmethod
+    def model_files(cls, policy: Policy) -> list[str]:
+        """The model files (relative to the router folder) that `_from_folder` reads for `policy`; each is
+        verified (inside the folder, sha256 as recorded) before it is parsed. Default: none."""
+        return []
+
+    @classmethod
+    def _check_unverified(cls, directory: Path, files: list[str]) -> None:
+        """Called before `_from_folder` with the model files a version-1 policy.json records no digest for:
+        a router type whose parser can crash the process checks them safely here (default: nothing)."""
 
     def _save_files(self, directory: Path) -> None:
         """Write type-specific model files and record them in policy.params (default: none)."""

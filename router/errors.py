@@ -46,8 +46,16 @@ class RouterError(RoutedVLMError, ValueError):
     """A router artifact is missing, corrupt, or cannot make a decision."""
 
 
+class RouterLoadError(RouterError):
+    """A router artifact cannot be loaded: missing or damaged files, a digest mismatch, a path outside its folder."""
+
+
 class TrainingError(RoutedVLMError, ValueError):
     """train-router cannot train on the given labels (too few rows, no correct label...)."""
+
+
+class InsufficientMemoryError(RoutedVLMError, MemoryError):
+    """A model would not fit in the free memory of its device; refused before anything is allocated."""
 
 
 class BackendError(RoutedVLMError, RuntimeError):

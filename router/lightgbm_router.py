@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import Router
-from .errors import RouterError
+from .errors import RouterError, RouterLoadError
 from .policy import Policy
 
 
@@ -33,6 +33,9 @@ class LightGBMRouter(Router):
                 f"LightGBMRouter needs a booster or a constant for every strategy: missing {missing}, "
                 f"not candidates {extra}. Candidates are {policy.strategies}."
             )
+        bad = {s: v for s, v in constants.items() if not 0.0 <= v <= 1.0}  # NaN fails too
+        if bad:
+            raise RouterError(f"policy.params['constants'] must be probabilities in [0, 1]. Got {bad}.")
         n = len(policy.features)
         wrong = {s: b.num_feature() for s, b in boosters.items() if b.num_feature() != n}
         if wrong:
@@ -83,22 +86,30 @@ class LightGBMRouter(Router):
         self.policy.params["constants"] = dict(self.constants)
 
     @classmethod
+    def model_files(cls, policy: Policy) -> list[str]:
+        files = policy.params.get("model_files", {})
+        if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise RouterLoadError(f"policy.json params.model_files must map strategy ids to file names. Got {files!r:.200}.")
+        return list(files.values())
+
+    @classmethod
+    def _check_unverified(cls, directory: Path, files: list[str]) -> None:
+        from .integrity import lightgbm_child
+
+        lightgbm_child([directory / f for f in files])
+
+    @classmethod
     def _from_folder(cls, policy: Policy, directory: Path) -> "LightGBMRouter":
         import lightgbm
 
-        files = dict(policy.params.get("model_files", {}))
-        absent = sorted(f for f in files.values() if not (directory / f).is_file())
-        if absent:
-            raise RouterError(
-                f"The router folder {str(directory)!r} lacks model file(s) {absent} listed in policy.json. "
-                "Copy the whole folder, or re-export it with train-router."
-            )
+        from .integrity import read_verified
+
         boosters = {}
-        for s, f in files.items():
+        for s, f in policy.params.get("model_files", {}).items():
             try:
-                boosters[s] = lightgbm.Booster(model_file=str(directory / f))
-            except lightgbm.basic.LightGBMError as exc:
-                raise RouterError(f"{directory / f} is not a readable LightGBM text model ({exc}).") from None
+                boosters[s] = lightgbm.Booster(model_str=read_verified(policy, directory, f).decode())
+            except (lightgbm.basic.LightGBMError, UnicodeDecodeError) as exc:
+                raise RouterLoadError(f"{directory / f} is not a readable LightGBM text model ({exc}).") from None
         return cls(policy, boosters)
 
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .base import Router
-from .errors import RouterError, one_of
+from .errors import RouterError, RouterLoadError, one_of
 from .policy import POLICY_FILE, Policy
 from .strategies import is_strategy
 
@@ -31,23 +31,32 @@ ROUTER_ARTIFACT = "router"
 def router_class(router_type: str) -> type[Router]:
     """The Router subclass registered for `router_type`."""
     if router_type not in ROUTER_TYPES:
-        raise RouterError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
+        raise RouterLoadError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
     module, _, name = ROUTER_TYPES[router_type].partition(":")
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        raise RouterError(
+        raise RouterLoadError(
             f"Router type {router_type!r} needs {module}, which cannot be imported ({exc}). "
             "Install the dependencies of that router type."
         ) from None
 
 
 def load_folder(directory) -> Router:
+    """The router in `directory`; its model files are verified (integrity.py) before anything parses them."""
+    from .integrity import verify_files
+
     directory = Path(directory)
     if not directory.is_dir():
-        raise RouterError(f"No router folder at {str(directory)!r}.")
+        raise RouterLoadError(f"No router folder at {str(directory)!r}.")
     policy = Policy.load(directory)
-    return router_class(policy.router_type)._from_folder(policy, directory)
+    cls = router_class(policy.router_type)
+    unhashed = verify_files(policy, directory, cls.model_files(policy))
+    if unhashed:
+        log.info("%s (policy.json format version %d) records no sha256 for %s", directory, policy.format_version,
+                 unhashed)
+        cls._check_unverified(directory, unhashed)
+    return cls._from_folder(policy, directory)
 
 
 def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
@@ -73,7 +82,7 @@ def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
         from .rules import FixedRouter
 
         return FixedRouter(text)
-    raise RouterError(
+    raise RouterLoadError(
         f"Cannot load a router from {text!r}: no such folder, and it is not an MLflow URI "
         f"(models:/name@alias, models:/name/version, runs:/...), a rule ({one_of(RULE_NAMES)}) or a strategy id "
         "(e.g. 'large_direct'). Pass the folder train-router wrote."
@@ -97,7 +106,7 @@ def download_router(uri: str, *, tracking_uri: str | None = None, dst: str | Non
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst))
     except Exception as exc:  # MlflowException, OSError...: report uniformly
-        raise RouterError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None
+        raise RouterLoadError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None
     return _router_dir(local, uri)
 
 
@@ -115,5 +124,5 @@ def _router_dir(local: Path, uri: str) -> Path:
         log.debug("MLmodel of %s names no router artifact: %s", uri, exc)
     found = sorted(local.rglob(POLICY_FILE))
     if not found:
-        raise RouterError(f"The MLflow model {uri!r} contains no {POLICY_FILE}; it was not logged by log_router_model.")
+        raise RouterLoadError(f"The MLflow model {uri!r} contains no {POLICY_FILE}; it was not logged by log_router_model.")
     return found[0].parent

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import os
 import time
@@ -27,12 +26,12 @@ import numpy as np
 
 from .base import Router
 from .checkpoints import weights_hash
-from .errors import RouterError
+from .errors import RouterError, RouterLoadError
 from .policy import Policy
+from .probe_files import adapter_files, load_probe, read_plain, save_probe
 from .strategies import SMALL_DIRECT
 
 log = logging.getLogger(__name__)
-ADAPTER_DIR, HEAD_FILE = "adapter", "head.safetensors"
 SHARED_ADAPTER = "routedvlm_probe"  # the adapter's name when injected into RoutedVLM's own small model
 BASE_ENV = "ROUTEDVLM_PROBE_BASE"  # overrides the base checkpoint path recorded in policy.json
 SHARED_KEY = "_small_direct_prefill"  # decide() input: the small model's direct-prompt state (see SharedPrefill)
@@ -204,36 +203,13 @@ class ProbeNet:
             p = torch.sigmoid(self.logits(h, self.feature_tensor([row]).to(h.device)))[0]
         return p.cpu().numpy().astype(np.float64), used
 
-    # ---- files ----
+    # ---- files (probe_files.py) ----
     def save(self, directory: Path) -> dict:
-        from safetensors.torch import save_file
-
-        if self.peft is not None:
-            self.peft.save_pretrained(str(directory / ADAPTER_DIR))
-        elif self._adapter is not None:  # weights shared with RoutedVLM's small model: write the same folder
-            conf, state = self._adapter
-            conf.save_pretrained(str(directory / ADAPTER_DIR))
-            save_file({"base_model.model." + k: v.detach().cpu().contiguous() for k, v in state.items()},
-                      str(directory / ADAPTER_DIR / "adapter_model.safetensors"))
-        tensors = {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        tensors.update(feat_mean=self.feat_mean.contiguous(), feat_std=self.feat_std.contiguous())
-        meta = {"strategies": self.strategies, "features": self.features, "head_hidden": self.head_hidden}
-        save_file(tensors, str(directory / HEAD_FILE), metadata={"routedvlm": json.dumps(meta)})
-        return {"adapter": ADAPTER_DIR if self.lora_r > 0 else None, "head": HEAD_FILE,
-                "lora": {"r": self.lora_r, "alpha": self.lora_alpha, "target_modules": target_regex(self.vlm.model)},
-                "head_hidden": self.head_hidden}
+        return save_probe(self, directory)
 
     def load_weights(self, directory: Path) -> None:
-        """Load the adapter (if any) and the head saved by `save` into this net."""
-        from safetensors.torch import load_file
-
-        if self.peft is not None:
-            from peft.utils import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.peft, load_file(str(directory / ADAPTER_DIR / "adapter_model.safetensors")))
-        tensors = load_file(str(directory / HEAD_FILE))
-        self.head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
-        self.feat_mean, self.feat_std = tensors["feat_mean"], tensors["feat_std"]
+        """Load the adapter (if any) and the head saved by `save` into this net (RouterLoadError if they do not fit)."""
+        load_probe(self, read_plain(directory))
 
 
 def sample_inputs(row: dict) -> tuple[object, str]:
@@ -327,14 +303,21 @@ class LoRAProbeRouter(Router):
         self.policy.params.update(self.net.save(directory))
 
     @classmethod
+    def model_files(cls, policy: Policy) -> list[str]:
+        head, adapter = policy.params.get("head"), policy.params.get("adapter")
+        if not isinstance(head, str) or not head or not isinstance(adapter, (str, type(None))):
+            raise RouterLoadError(f"policy.json params must name the probe's `head` file (and its `adapter` folder or "
+                                  f"null). Got head={head!r:.100}, adapter={adapter!r:.100}. Retrain with train-router "
+                                  "--router lora-probe.")
+        return [head, *(adapter_files(adapter) if adapter else [])]
+
+    @classmethod
     def _from_folder(cls, policy: Policy, directory: Path, base=None) -> "LoRAProbeRouter":
+        from .integrity import read_verified
+
         params = policy.params
-        absent = [f for f in (params.get("head"), params.get("adapter")) if f and not (directory / f).exists()]
-        if not params.get("head") or absent:
-            raise RouterError(f"The lora-probe folder {str(directory)!r} lacks {absent or ['head.safetensors']} named in "
-                              "policy.json. Copy the whole router folder, or retrain with train-router --router lora-probe.")
         net = build_net(base or os.environ.get(BASE_ENV) or params.get("base_model"), policy, params.get("base_hash"))
-        net.load_weights(directory)
+        load_probe(net, lambda rel: read_verified(policy, directory, rel), head=params["head"], adapter=params.get("adapter"))
         return cls(policy, net)
 
 

@@ -2,21 +2,26 @@
 
 Validated on construction (every bad field named at once); `save`/`load` read and write the JSON file.
 A file written by a newer routedvlm (higher `format_version`) is refused with a clear RouterError.
+Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py);
+version-1 files keep loading. `prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import RouterError, UnknownStrategyError, one_of
+from .errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 POLICY_FILE = "policy.json"
+MAX_POLICY_BYTES = 64 << 20  # a policy.json beyond this is not one train-router wrote
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 MODES = ("cascade", "one-shot")
 PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
 TARGET_KINDS = ("accuracy", "latency_ms")
@@ -53,6 +58,9 @@ class Policy:
         "question. None: questions go to the models as given"))
     metrics: dict = field(default_factory=dict, metadata=_meta("evaluation metrics"))
     params: dict = field(default_factory=dict, metadata=_meta("router-type-specific parameters and model files"))
+    model_sha256: dict[str, str] = field(
+        default_factory=dict, metadata=_meta("{model file path relative to the router folder: sha256 hex digest}")
+    )
     created_at: str = field(default_factory=_now, metadata=_meta("ISO 8601 UTC creation time"))
 
     def __post_init__(self):
@@ -82,6 +90,7 @@ class Policy:
             if not isinstance(getattr(self, name), dict):
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
         out += _template_problems(self.prompt_template)
+        out += self._digest_problems()
         for name in ("training_data_hash", "created_at"):
             if not isinstance(getattr(self, name), str):
                 out.append(f"`{name}` must be a string. Got {getattr(self, name)!r}.")
@@ -138,6 +147,15 @@ class Policy:
             out.append(f"`features` must not repeat names. Got {self.features}.")
         return out
 
+    def _digest_problems(self) -> list[str]:
+        d = self.model_sha256
+        if not isinstance(d, dict):
+            return [f"`model_sha256` must be a dict {{file: sha256 hex}}. Got {type(d).__name__}."]
+        bad = {k: v for k, v in d.items() if not isinstance(k, str) or not isinstance(v, str) or not SHA256_RE.match(v)}
+        if bad:
+            return [f"`model_sha256` values must be 64 lowercase hex digits keyed by file name. Got {_short(bad)}."]
+        return []
+
     def _target_problems(self) -> list[str]:
         t = self.target
         if not isinstance(t, dict):
@@ -158,10 +176,10 @@ class Policy:
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "policy") -> "Policy":
         if not isinstance(data, dict):
-            raise RouterError(f"{source} must hold a JSON object. Got {type(data).__name__}.")
+            raise RouterLoadError(f"{source} must hold a JSON object. Got {type(data).__name__}.")
         version = data.get("format_version", FORMAT_VERSION)
         if isinstance(version, int) and version > FORMAT_VERSION:
-            raise RouterError(
+            raise RouterLoadError(
                 f"{source} has format_version {version}, newer than this routedvlm understands "
                 f"({FORMAT_VERSION}). Upgrade routedvlm to load this router."
             )
@@ -169,11 +187,17 @@ class Policy:
         unknown = sorted(set(data) - known)
         missing = sorted(k for k in ("router_type", "strategies") if k not in data)
         if unknown or missing:
-            raise RouterError(
+            raise RouterLoadError(
                 f"{source} is not a valid policy: unknown keys {unknown}, missing keys {missing}. "
                 f"Valid keys are {one_of(known)}."
             )
-        return cls(**data)
+        try:
+            return cls(**data)
+        except RouterError as exc:
+            raise RouterLoadError(str(exc) if source == "policy" else f"{source}: {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:  # e.g. a number where a list belongs
+            raise RouterLoadError(f"{source} holds a field of the wrong type ({exc}). Re-export the router "
+                                  "with train-router.") from None
 
     def save(self, directory) -> Path:
         """Write `policy.json` into `directory` (created if needed), atomically."""
@@ -189,14 +213,16 @@ class Policy:
     def load(cls, directory) -> "Policy":
         path = Path(directory) / POLICY_FILE
         if not path.is_file():
-            raise RouterError(
+            raise RouterLoadError(
                 f"No {POLICY_FILE} in {str(directory)!r}. A router folder holds policy.json plus its model "
                 "files; pass the folder train-router wrote (its --output-dir)."
             )
         try:
+            if path.stat().st_size > MAX_POLICY_BYTES:
+                raise ValueError(f"{path.stat().st_size} bytes, more than {MAX_POLICY_BYTES}")
             data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RouterError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise RouterLoadError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
         return cls.from_dict(data, source=str(path))
 
 
@@ -219,6 +245,11 @@ def _is_strategy(s) -> bool:
 
 def _finite_nonneg(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _short(d: dict) -> str:
+    text = repr(d)
+    return text if len(text) <= 200 else text[:200] + "...}"
 
 
 def _json_default(o):

@@ -80,7 +80,7 @@ def normalize_extracted(extraction: str, question_type: str, answer_type: str, c
             return str(round(float(extraction), int(float(precision))))
         if answer_type == "list":
             return str(extraction)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # the reference catches every Exception (`inf` -> int)
         return None
     return str(extraction)
 
@@ -100,6 +100,11 @@ def score_mathvista(prediction: str, references: list[str], options=None, **extr
     a bare letter -> that choice's text, else the choice with the smallest edit distance (as the
     reference does). integer -> `str(int(float(x)))`; float -> `str(round(float(x), int(precision)))`;
     list -> `str(x)`. extra: question_type, answer_type, precision, choices (or pass `options`).
+
+    Reference: lupantech/MathVista 53d52587 `evaluation/calculate_score.py` (compared exactly, no strip).
+    As lmms-eval does, the response is stripped first (the official script takes it raw). lmms-eval
+    0.7.3 itself passes the float precision to round() uncast, which raises, so it scores every float
+    answer 0 (`2.45` with precision 1.0 vs `2.5`: 1 here and in the official script, 0 in lmms-eval).
     """
     qtype, atype, choices = _fields(options, extra)
     extraction, _ = extract_answer(prediction, qtype, atype, choices)

@@ -14,7 +14,9 @@ _STRIP_CHARS = (",", ".", "!", "?", ";", ":", "'")
 _KEY_INDICATORS = ("could be ", "so ", "is ", "thus ", "therefore ", "final ", "answer ", "result ")
 _NUM_COMMAS = re.compile(r"-?\b\d{1,3}(?:,\d{3})+\b")
 _NUM_SCIENTIFIC = re.compile(r"-?\d+(?:\.\d+)?[eE][+-]?\d+")
-_NUM_SIMPLE = re.compile(r"-?(?:\d+\.\d+|\.\d+|\d+)(?![eE][+-]?\d+)(?![,\d])")
+# The integer alternative ends in a word boundary, as in the official pattern: `12kg` and `3rd` yield
+# no number (`12.5kg` still yields 12.5: only `\d+` carries the `\b`).
+_NUM_SIMPLE = re.compile(r"-?(?:\d+\.\d+|\.\d+|\d+\b)(?![eE][+-]?\d+)(?![,\d])")
 # The official code lowercases before splitting on ". " followed by a capital, so in effect only
 # newlines split sentences. Reproduced as is.
 _SENTENCE_SPLIT = re.compile(r"\.\s(?=[A-Z])|\n")
@@ -87,7 +89,10 @@ def _key_subresponses(response: str) -> list[str]:
 
 
 def extract_numbers(text: str) -> list[str]:
-    """Numbers with thousands commas, in scientific notation, and plain (official `extract_numbers`)."""
+    """Numbers with thousands commas, in scientific notation, and plain (official `extract_numbers`).
+
+    `x is 12kg` yields no number (the official `\d+\b`), `x is 12 kg` yields 12.
+    """
     return _NUM_COMMAS.findall(text) + _NUM_SCIENTIFIC.findall(text) + _NUM_SIMPLE.findall(text)
 
 
@@ -138,14 +143,18 @@ def _eval_open(golds: list[str], preds: list) -> bool:
 
 
 def score_mmmu(prediction: str, references: list[str], options=None, **extra) -> float:
-    """MMMU accuracy; matches the official MMMU `eval_utils.py` (also used by lmms-eval).
+    """MMMU accuracy; matches the official MMMU `mmmu/utils/eval_utils.py` (MMMU-Benchmark/MMMU bb0b95a9).
 
     Multiple choice (`question_type == "multiple-choice"`, or options present): `(L)` letters, then
     letters standing alone, then (responses over 5 words) letters whose option text occurs; several
     -> the one mentioned last. Unparsed -> 0 (deviation: the official code guesses at random).
     Open: key phrases after `is `, `so `, `answer `... plus every number, normalised (numbers rounded
     to 2 decimals); correct if a number equals a gold or a string gold is a substring of a candidate.
-    Golds may be stringified Python lists.
+    Golds may be stringified Python lists (the official answer file holds real lists).
+
+    lmms-eval 0.7.3 (`tasks/_task_utils/mmmu_mcq_utils.py`) adds two looser letter passes that
+    the official code does not have, `B ` and `B.` without a space before them; routedvlm follows
+    the official code: `AB` with options A-D is unparsed here, B in lmms-eval.
     """
     golds = _golds(references)
     if is_multiple_choice(options, **extra):

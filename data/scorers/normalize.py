@@ -46,20 +46,16 @@ NUMBER_WORDS = {
 }
 ARTICLES = frozenset({"a", "an", "the"})
 PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
-# The reference pattern is "(?!<=\d)(\.)(?!\d)": a mistyped look-behind, so in effect a period is
-# removed whenever it is not followed by a digit. Kept as written.
+# The VQA (EvalAI/MMF) pattern is "(?!<=\d)(\.)(?!\d)": a mistyped look-behind, so in effect a period
+# is removed whenever it is not followed by a digit. Kept as written.
 _PERIOD_STRIP = re.compile(r"(?!<=\d)(\.)(?!\d)")
+# VLMEvalKit's own copy (vlmeval/smp/misc.py) has a real look-behind: a period after a digit stays.
+_VLMEVAL_PERIOD_STRIP = re.compile(r"(?<!\d)\.(?!\d)")
 _COMMA_STRIP = re.compile(r"(\d)(,)(\d)")
-_PERIOD_STRIP_MAX = 32  # the reference passes re.UNICODE (== 32) as `count`: at most 32 periods go
+_PERIOD_STRIP_MAX = 32  # both references pass re.UNICODE (== 32) as `count`: at most 32 periods go
 
 
-def process_punctuation(text: str) -> str:
-    """The VQA punctuation rule, quirks included.
-
-    For each punctuation mark: if it touches a space anywhere in the text (or the text has a
-    digit,digit comma), every occurrence is deleted; otherwise every occurrence becomes a space.
-    Then up to 32 periods not followed by a digit are deleted.
-    """
+def _strip_punctuation(text: str, period_strip: re.Pattern) -> str:
     out = text
     has_digit_comma = _COMMA_STRIP.search(text) is not None
     for p in PUNCTUATION:
@@ -67,7 +63,26 @@ def process_punctuation(text: str) -> str:
             out = out.replace(p, "")
         else:
             out = out.replace(p, " ")
-    return _PERIOD_STRIP.sub("", out, count=_PERIOD_STRIP_MAX)
+    return period_strip.sub("", out, count=_PERIOD_STRIP_MAX)
+
+
+def process_punctuation(text: str) -> str:
+    """The VQA punctuation rule (EvalAI/MMF, as in lmms-eval's `EvalAIAnswerProcessor`), quirks included.
+
+    For each punctuation mark: if it touches a space anywhere in the text (or the text has a
+    digit,digit comma), every occurrence is deleted; otherwise every occurrence becomes a space.
+    Then the first 32 periods not followed by a digit are deleted (`"5."` -> `"5"`).
+    """
+    return _strip_punctuation(text, _PERIOD_STRIP)
+
+
+def vlmeval_process_punctuation(text: str) -> str:
+    """VLMEvalKit's `process_punctuation` (vlmeval/smp/misc.py), used by its yes/no extraction.
+
+    The same mark rule as `process_punctuation`, but only periods with no digit on EITHER side are
+    deleted (first 32 of them): `"5."` stays `"5."`, and periods after digits do not use up the 32.
+    """
+    return _strip_punctuation(text, _VLMEVAL_PERIOD_STRIP)
 
 
 def process_digit_article(text: str) -> str:

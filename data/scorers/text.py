@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 
-from .normalize import levenshtein, process_punctuation, vqa_normalize
+from .normalize import levenshtein, vlmeval_process_punctuation, vqa_normalize
 
 ANLS_THRESHOLD = 0.5
 RELAXED_TOLERANCE = 0.05
@@ -34,7 +34,8 @@ def _relaxed_one(prediction: str, target: str) -> bool:
 def score_relaxed_accuracy(prediction: str, references: list[str], options=None, **extra) -> float:
     """ChartQA relaxed accuracy; matches pix2struct `relaxed_correctness` as used by lmms-eval and VLMEvalKit.
 
-    The prediction is stripped (the gold is not). When both sides parse as floats and the gold is
+    The prediction is stripped (the gold is not), as VLMEvalKit's `process_line` does; lmms-eval
+    0.7.3's `chartqa_process_results` passes it raw, so `Yes\n` vs `yes` is 1 here and 0 there. When both sides parse as floats and the gold is
     non-zero, the relative error to the GOLD must be <= 5 % (inclusive); otherwise a case-insensitive
     exact string match. Several golds: 1 if any matches. Like the reference, `nan`/`inf` golds never
     match numerically and a gold of 0 falls back to string matching (`0.0` vs `0` -> 0).
@@ -48,11 +49,17 @@ def parses_relaxed_accuracy(prediction: str, options=None, **extra) -> bool:
 
 
 def score_anls(prediction: str, references: list[str], options=None, **extra) -> float:
-    """Average Normalized Levenshtein Similarity for one question; matches the official RRC / lmms-eval script.
+    """Average Normalized Levenshtein Similarity for one question; matches lmms-eval 0.7.3 `api.metrics.anls`.
 
     Both sides are stripped, lowercased and whitespace-collapsed for the distance; the length is
-    max(len(gold), len(stripped prediction)) of the un-normalised strings. Score = 1 - min over golds
-    of distance / length, set to 0 below 0.5 (exactly 0.5 is kept). No golds -> 0.
+    max(len(gold.upper()), len(prediction.upper())) of the un-normalised strings, `.upper()` as in
+    the reference (it lengthens ß, ligatures such as ﬁ and a few Greek letters: `strase` vs
+    [`straße`] is 1 - 1/7 = 0.857, where len() would give 1 - 1/6 = 0.833). Score = 1 - min over golds of distance /
+    length, set to 0 below 0.5 (exactly 0.5 is kept). No golds -> 0.
+
+    Deliberate deviation: the prediction is stripped before its length is taken (routedvlm strips
+    every answer); lmms-eval measures the raw prediction, so `helo   ` (three trailing spaces) vs
+    [`hello`] is 0.8 here and 1 - 1/7 = 0.857 there.
     """
     pred = str(prediction).strip()
     pred_norm = " ".join(pred.lower().split())
@@ -60,7 +67,7 @@ def score_anls(prediction: str, references: list[str], options=None, **extra) ->
     for ref in references:
         ref = str(ref)
         ref_norm = " ".join(ref.strip().lower().split())
-        length = max(len(ref), len(pred))
+        length = max(len(ref.upper()), len(pred.upper()))
         values.append(0.0 if length == 0 else levenshtein(ref_norm, pred_norm) / length)
     if not values:
         return 0.0
@@ -96,7 +103,7 @@ def parses_vqa_accuracy(prediction: str, options=None, **extra) -> bool:
 
 def extract_yes_no(prediction: str) -> str | None:
     """VLMEvalKit `YOrN_Extraction`: "yes", "no", or None when both or neither word occurs."""
-    words = process_punctuation(str(prediction).lower()).split()
+    words = vlmeval_process_punctuation(str(prediction).lower()).split()
     has_yes, has_no = "yes" in words, "no" in words
     if has_yes and not has_no:
         return "yes"
@@ -108,9 +115,12 @@ def extract_yes_no(prediction: str) -> str | None:
 def score_yes_no(prediction: str, references: list[str], options=None, **extra) -> float:
     """POPE-style yes/no accuracy; matches VLMEvalKit's yes/no extraction (no LLM judge).
 
-    The prediction is lowercased, passed through the VQA punctuation rule and split into words:
-    `yes` without `no` -> yes, the reverse -> no, otherwise unknown, which scores 0. Golds are
-    compared lowercased and stripped.
+    The prediction is lowercased, passed through VLMEvalKit's own `process_punctuation` (not the
+    VQA one: a period is deleted only with no digit on either side, first 32 only) and split into
+    words: `yes` without `no` -> yes, the reverse -> no, otherwise unknown, which scores 0. So an
+    answer with 40 numbered steps `1.` ... `40.` ending in `Yes.` is yes here, where the VQA rule
+    spends its 32 deletions on the step numbers and leaves `yes.`. Golds are compared lowercased
+    and stripped (VLMEvalKit compares `Yes`/`No` exactly; POPE golds are lowercase words).
     """
     answer = extract_yes_no(prediction)
     if answer is None:
@@ -131,9 +141,15 @@ def normalize_exact(text: str) -> str:
 
 
 def score_exact_match(prediction: str, references: list[str], options=None, **extra) -> float:
-    """Exact match after stripping, lowercasing and removing punctuation (lmms-eval RealWorldQA style).
+    """Exact match after stripping, lowercasing, deleting ASCII punctuation and collapsing whitespace.
 
-    Deviation: inner whitespace is also collapsed, so `A .` and `A` agree. Several golds: any.
+    The generic fallback (routedvlm's own rule, shared notes `scorers.md`), also used for RealWorldQA.
+    It is more lenient than lmms-eval 0.7.3's RealWorldQA scorer (`tasks/realworldqa/utils.py`,
+    `realworldqa_process_results`), whose open answers must satisfy
+    `pred.lower().strip().rstrip(".") == gold.strip().lower()`: `Downhill!` or `down-hill` vs
+    `downhill` and `red  car` vs `red car` match here, not there. That scorer extracts a letter
+    with `extract_mcq_answer` when the gold is A-D (`The answer is (B).` -> B); exact_match does
+    not (it is 0 here unless the answer is the bare letter, `B.` or `(B)`). Several golds: any.
     """
     pred = normalize_exact(prediction)
     return float(any(pred == normalize_exact(ref) for ref in references))

@@ -110,7 +110,7 @@ def test_router_that_fails_to_load_falls_back(routed, images, tmp_path, caplog, 
         folder = tmp_path / "absent"
     with caplog.at_level(logging.WARNING, logger="routedvlm.inference.routed"):
         vlm = routed(str(folder), fallback="large_direct")
-    assert vlm.router is None and vlm.router_error.startswith("RouterError") and "failed to load" in caplog.text
+    assert vlm.router is None and vlm.router_error.startswith("RouterLoadError: ") and "failed to load" in caplog.text
     out = vlm(image=images["square"], question=Q)
     assert out.fallback and out.strategy == "large_direct" and out.decision["error"] == vlm.router_error
 

@@ -212,7 +212,7 @@ def test_corrupt_router_folder_falls_back_in_process(tiny_pair, make_pipeline, i
     routed = RoutedVLM(make_pipeline(*tiny_pair), str(folder), fallback="large_direct")
     with TestClient(create_app(routed)) as http:
         health = http.get("/health").json()
-        assert health["router_fallback"] is True and health["router_error"].startswith("RouterError")
+        assert health["router_fallback"] is True and health["router_error"].startswith("RouterLoadError")
         r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["wide"], "Color?")})
     assert r.status_code == 200 and r.headers["x-routedvlm-strategy"] == "large_direct"
     info = r.json()["routedvlm"]

@@ -55,6 +55,7 @@ def test_router_contract(router_type, make_router, sample_table, tmp_path):
     # save -> load -> same decisions
     loaded = load_router(router.save(tmp_path / "router"))
     assert type(loaded) is type(router) and loaded.policy == router.policy
+    assert sorted(loaded.policy.model_sha256) == sorted(type(router).model_files(router.policy))  # every file verified
     assert [d.to_dict() for d in loaded.decide_batch(df)] == [d.to_dict() for d in batch]
     json.loads((tmp_path / "router" / "policy.json").read_text())
     # missing features are named

@@ -138,7 +138,7 @@ def test_load_errors(probe_run, probe_data, tmp_path, monkeypatch):
         load_router(folder)
     monkeypatch.delenv(BASE_ENV)
     (folder / "head.safetensors").unlink()
-    with pytest.raises(RouterError, match=r"^The lora-probe folder .* lacks \['head.safetensors'\]"):
+    with pytest.raises(RouterError, match=r"^The router folder .* lacks model file\(s\) \[.head.safetensors.\]"):
         load_router(folder)
 
 

@@ -12,6 +12,8 @@ from dataclasses import MISSING, fields
 EPILOG = """examples:
   routedvlm label --small Qwen/Qwen3-VL-2B-Thinking --large Qwen/Qwen3-VL-8B-Instruct \\
       --dataset lmms-lab/ChartQA --limit 500 --out labels.parquet --dtype bfloat16
+  routedvlm label --small http://127.0.0.1:8102/v1#toy-small --large http://127.0.0.1:8101/v1#toy-large \
+      --dataset toy.parquet --adapter toyworld --k-grid 4,8,16 --out labels.parquet     (models served by vLLM)
   routedvlm label ... --shard 0/4 --out part0.parquet      (one of four machines; same flags elsewhere)
   routedvlm label ... --resume                              (finish an interrupted run)
   routedvlm label merge labels.parquet part0.parquet part1.parquet part2.parquet part3.parquet

@@ -17,8 +17,8 @@ NOT_SETTINGS = ("resume", "flush_every", "progress")
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str = field(metadata={"help": "small VLM: checkpoint folder or hub id"})
-    large: str = field(metadata={"help": "large VLM: checkpoint folder or hub id"})
+    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
+    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
     dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
     out: str = field(metadata={"help": "labels.parquet to write"})
     adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
@@ -36,8 +36,10 @@ class LabelConfig:
     resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
     device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
     dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
-    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the small side's reasoning mode"})
-    large_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the large side's reasoning mode"})
+    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint (or served model: '<base_url>#<model "
+                                                                       "id>', or a model id on the small side's server) "
+                                                                       "serving the small side's reasoning mode"})
+    large_reasoner: str | None = field(default=None, metadata={"help": "the same for the large side's reasoning mode"})
     threshold: float = field(default=0.5, metadata={"help": "a strategy is correct when its score >= this"})
     max_new_tokens: int = field(default=32, metadata={"help": "max tokens of a short (direct) answer"})
     max_reason_tokens: int = field(default=512, metadata={"help": "max tokens of a reasoning run"})
@@ -54,6 +56,10 @@ class LabelConfig:
             value = getattr(self, name)
             if not isinstance(value, (str, Path)) or not str(value).strip():
                 raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
+        from ..inference.backends.remote import parse_remote
+
+        for name in ("small", "large", "small_reasoner", "large_reasoner"):
+            parse_remote(getattr(self, name))  # a URL without '#<model id>' is refused here, before anything runs
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:

@@ -51,8 +51,26 @@ def _checkpoint(name, dtype, device) -> dict:
     return {"name": str(name), "revision": model_revision(name), "dtype": dtype, "device": device}
 
 
+def _remote(vlm) -> dict:
+    """A served model: its server URL and model id, and what the server reports (`GET /v1/models`); its revision
+    is the weights hash of the served folder when that folder is readable here (same machine), else None."""
+    from ..inference.backends.remote import served_model
+
+    served = served_model(vlm)
+    root = served.get("root")
+    revision = model_revision(root) if root and Path(root).exists() else None
+    return {"name": vlm.name, "server": vlm.client.base_url, "model_id": vlm.model_id, "served": served,
+            "revision": revision, "dtype": None, "device": "remote"}
+
+
+def _dtype_of(vlm, dtype):
+    if dtype or getattr(vlm, "model", None) is None:
+        return dtype
+    return str(vlm.model.dtype).replace("torch.", "")
+
+
 def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
-    """One side's checkpoints and which one served which mode (direct / reason)."""
+    """One side's checkpoints (or servers and model ids) and which one served which mode (direct / reason)."""
     from ..router.errors import ModeUnavailableError
 
     try:
@@ -60,9 +78,15 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
         reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
     except ModeUnavailableError:
         reason = None
+    if getattr(vlm, "remote", False):
+        reasoner = _remote(vlm.reasoner) if vlm.reasoner is not None else None
+        main = _remote(vlm)
+    else:
+        reasoner = _checkpoint(reasoner_path, _dtype_of(vlm.reasoner or vlm, dtype), device) if reasoner_path else None
+        main = _checkpoint(path, _dtype_of(vlm, dtype), device)
     return {
-        **_checkpoint(path, dtype, device),
-        "reasoner": _checkpoint(reasoner_path, dtype, device) if reasoner_path else None,
+        **main,
+        "reasoner": reasoner,
         "style": vlm.style,
         "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
     }

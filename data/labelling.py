@@ -31,6 +31,9 @@ from .loading import SampleSource
 
 log = logging.getLogger(__name__)
 EXECUTION_MODE = "one-stage+two-stage"
+REMOTE_MEASUREMENT = ("per-sample cache_salt namespaces: standalone calls cold; two-stage calls reuse only the "
+                      "large_direct prefix (server-reported cached tokens); one-stage transfers measured cold too "
+                      "unless a cost model prices them (inference/backends/remote_prompt.py)")
 
 
 @dataclass
@@ -159,13 +162,27 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
+    """One side: a local checkpoint / hub id, or '<base_url>#<model id>' on an OpenAI-compatible server (whose
+    one-stage transfers are then also measured cold when `measure_cold`, i.e. for wall-clock latencies)."""
+    from ..inference import VLM
+    from ..inference.backends.remote import connect, is_remote
+
+    if is_remote(spec):
+        vlm = connect(spec, reasoner=reasoner)
+        vlm.measure_cold = measure_cold
+        return vlm
+    return VLM.from_pretrained(spec, device, dtype, reasoner=reasoner)
+
+
 def load_pipeline(cfg: LabelConfig):
     """(CollaborativePipeline with both models loaded, resolved device)."""
-    from ..inference import VLM, CollaborativePipeline
+    from ..inference import CollaborativePipeline
+    from ..inference.backends.remote import is_remote
 
-    device = resolve_device(cfg.device)
-    small = VLM.from_pretrained(cfg.small, device, cfg.dtype, reasoner=cfg.small_reasoner)
-    large = VLM.from_pretrained(cfg.large, device, cfg.dtype, reasoner=cfg.large_reasoner)
+    device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
+    small = load_side(cfg.small, cfg.small_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
+    large = load_side(cfg.large, cfg.large_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
     pipe = CollaborativePipeline(
         small, large, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
         max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
@@ -191,10 +208,11 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     from .label_meta import library_versions, now_iso, side_info
 
     models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
-                              dtype=cfg.dtype or str(getattr(pipe, side).model.dtype).replace("torch.", ""), device=device)
-              for side in ("small", "large")}
+                              dtype=cfg.dtype, device=device) for side in ("small", "large")}
+    remote = [side for side in ("small", "large") if getattr(getattr(pipe, side), "remote", False)]
+    extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
     return {
-        "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
         "prompt_template": get_adapter(source.adapter).template(cfg.prompt_template).to_dict(),
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, "libraries": library_versions(),

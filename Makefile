@@ -1,5 +1,5 @@
 # Fresh machine: `make demo` runs the product on the embedded default; `make test` runs the suite.
-# Both create .venv and install the pinned CPU set from requirements.txt first.
+# Both create .venv and install the pinned CPU set from requirements.txt (+ the Ray extra, requirements-ray.txt) first.
 # Real vLLM: `make vllm-env` (.venv-vllm), `make vllm-up` / `make vllm-down` (toy pair servers), `make test-vllm`.
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,9 +17,9 @@ export VLLM_VENV
 
 .PHONY: install test test-gpu gpu-check test-vllm demo clean scorer-diff vllm-env vllm-up vllm-down
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-ray.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -r requirements.txt
+	$(VENV)/bin/pip install -r requirements.txt -r requirements-ray.txt
 	$(VENV)/bin/pip install --no-deps -e .
 	$(VENV)/bin/pip check
 	touch $(STAMP)

@@ -9,8 +9,18 @@ from ..router.strategies import DEFAULT_K_GRID, default_strategies, parse_k_grid
 
 SELECTOR_NAMES = ("attention", "prefix", "suffix")
 DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."
-# fields that do not change what the run computes: they may differ between a run and its --resume
-NOT_SETTINGS = ("resume", "flush_every", "progress")
+# fields that do not change what the run computes: they may differ between a run and its --resume (the latency
+# source they imply may not: see labelling.check_latency_source)
+NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_address", "num_workers",
+                "gpus_per_worker")
+REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are OpenAI-compatible servers
+
+
+def both_remote(cfg) -> bool:
+    """Both sides are servers (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
+    from ..inference.backends.remote import is_remote
+
+    return is_remote(cfg.small) and is_remote(cfg.large)
 
 
 @dataclass
@@ -50,6 +60,15 @@ class LabelConfig:
     cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
+    concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
+                                    "when both sides are servers, else 1; local models run one sample at a time)"})
+    ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
+                      "pool, one pipeline per worker"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join, e.g. 'auto' or "
+                                    "'ray://head:10001' (default: start a local one)"})
+    num_workers: int | None = field(default=None, metadata={"help": "Ray workers (default: cluster GPUs / "
+                                    "--gpus-per-worker, else cluster CPUs)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray worker (its models run on them)"})
 
     def __post_init__(self) -> None:
         for name in ("small", "large", "dataset", "out"):
@@ -67,6 +86,7 @@ class LabelConfig:
         for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        self._check_scale()
         if self.limit is not None and int(self.limit) < 0:
             raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
         if self.prompt_template is not None:
@@ -75,6 +95,21 @@ class LabelConfig:
             PromptTemplate.parse(self.prompt_template)  # a bad template fails before any model loads
         self.shard_index, self.shard_count = parse_shard(self.shard)
         self._resolve_strategies()
+
+    def _check_scale(self) -> None:
+        if self.concurrency is None:
+            self.concurrency = REMOTE_CONCURRENCY if both_remote(self) else 1
+        if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
+            raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
+        if self.num_workers is not None and int(self.num_workers) <= 0:
+            raise ConfigError(f"The `num_workers` setting must be a positive integer. Got {self.num_workers!r} instead.")
+        if float(self.gpus_per_worker) < 0:
+            raise ConfigError(f"The `gpus_per_worker` setting must be >= 0. Got {self.gpus_per_worker!r} instead.")
+        used = [f"--{n.replace('_', '-')}" for n in ("ray_address", "num_workers") if getattr(self, n) is not None]
+        used += ["--gpus-per-worker"] if float(self.gpus_per_worker) else []
+        if used and not self.ray:
+            raise ConfigError(f"The `ray` setting is off but {', '.join(used)} was given; add --ray to label on a "
+                              "Ray cluster, or drop those flags.")
 
     def _resolve_strategies(self) -> None:
         grid = parse_k_grid(self.k_grid) if self.k_grid is not None else None

@@ -92,6 +92,20 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
     }
 
 
+def scale_info(cfg) -> dict:
+    """How a run spreads its samples: `concurrency`, `requests_in_flight` (per model; 1 = standalone wall times),
+    `runner` ('serial', 'threads' or 'ray') and, for Ray, its address, workers and GPUs per worker."""
+    from .label_config import both_remote
+    from .label_runner import requests_in_flight
+
+    info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, both_remote(cfg)),
+            "runner": "ray" if cfg.ray else "threads" if int(cfg.concurrency) > 1 else "serial"}
+    if cfg.ray:
+        info["ray"] = {"address": cfg.ray_address, "num_workers": cfg.num_workers,
+                       "gpus_per_worker": float(cfg.gpus_per_worker)}
+    return info
+
+
 def library_versions() -> dict:
     out = {"python": platform.python_version()}
     for lib in LIBRARIES:

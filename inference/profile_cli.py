@@ -15,6 +15,8 @@ from routedvlm.router.errors import ConfigError
 EPILOG = """example:
   routedvlm profile --model ./small --model ./large --image-sizes 224,448 --prompt-tokens 32,256 \\
       --output-tokens 1,16,64,256 --repeats 3 --out profile.json --plots-dir plots/
+  routedvlm profile --model http://127.0.0.1:8002/v1#toy-small --model http://127.0.0.1:8001/v1#toy-large \\
+      --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
   routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \
       --prompt-tokens 8,48,128 --output-tokens 1,4,16 --repeats 1 --out profile.json   # real sizes, random weights
   routedvlm profile --preset gpu-check   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation, GPU tests
@@ -57,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="routedvlm profile", description="Measure preprocess / vision / prefill / decode latency per model on "
         "simulated inputs and fit a latency model.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", default=[], metavar="PATH_OR_ID",
-                   help="checkpoint folder or hub id; repeat for several models")
+                   help="checkpoint folder, hub id, or '<base_url>#<model id>' of a model on an OpenAI-compatible "
+                        "server (streamed, one request in flight; prompt lengths then count words); repeat for several")
+    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID (default: "
+                   "$ROUTEDVLM_BACKEND_API_KEY)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME_OR_CONFIG",
                    help="a published model shape with seeded random weights: "
                         "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, or a config.json path; repeatable")
@@ -128,7 +133,8 @@ def _summary(profile: dict) -> str:
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
         r2 = "/".join("n/a" if f[c]["r2"] is None else f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
-        lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
+        params = "remote" if e.get("parameters") is None else f"{e['parameters']:,}"
+        lines.append(f"{name:<24} {params:>12} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
                      f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
                      f"{e.get('end_to_end_mape') or float('nan'):.1f}%")
     for name, e in profile["models"].items():
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([_summary(result), *summary_lines(result)] + [f"wrote {p}" for p in result["written"]]))
         return 0
     profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
-                          memory_margin_gib=args.memory_margin_gib)
+                          memory_margin_gib=args.memory_margin_gib, api_key=args.api_key)
     _write_json(args.out, profile)
     print(_summary(profile))
     print(f"wrote {args.out}")

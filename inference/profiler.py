@@ -222,13 +222,17 @@ def end_to_end_mape(meas: dict, fit: dict) -> float | None:
 
 
 def _names(paths: list, shapes: list = ()) -> list:
-    """Display names: folder basename or hub id (then shape names), made unique with a #2, #3 suffix."""
+    """Display names: folder basename, hub id or a server model's id (then shape names), made unique with a #2, #3
+    suffix."""
+    from .profile_remote import is_remote, parse_remote
     from .shapes import resolve_shape
 
+    def base(p):
+        p = str(p).rstrip("/")
+        return parse_remote(p)[1] if is_remote(p) else os.path.basename(p) if os.path.isdir(p) else p
+
     out = []
-    bases = [os.path.basename(str(p).rstrip("/")) if os.path.isdir(str(p).rstrip("/")) else str(p).rstrip("/")
-             for p in paths] + [resolve_shape(s)[0] for s in shapes]
-    for name in bases:
+    for name in [base(p) for p in paths] + [resolve_shape(s)[0] for s in shapes]:
         k, cand = 2, name
         while cand in out:
             cand, k = f"{name}#{k}", k + 1
@@ -248,22 +252,42 @@ def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
     return VLM.from_pretrained(spec, device=settings.device, dtype=settings.dtype)
 
 
+def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
+    t0 = time.perf_counter()
+    vlm = _load(kind, spec, settings, margin_gib)
+    built = time.perf_counter() - t0
+    if settings.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(torch.device(settings.device))
+    entry = model_entry(vlm, str(getattr(vlm, "shape_info", {}).get("source", spec)), settings, bar)
+    if hasattr(vlm, "shape_info"):
+        entry["shape"] = vlm.shape_info
+    entry = {**entry, **resources(settings.device, time.perf_counter() - t0), "load_seconds": round(built, 1)}
+    del vlm
+    free(settings.device)
+    return entry
+
+
 def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True, shapes: list = (),
-                memory_margin_gib: float = 0.0) -> dict:
-    """Profile every model (path or hub id), then every shape (name or config.json, random weights), in turn.
+                memory_margin_gib: float = 0.0, api_key: str | None = None) -> dict:
+    """Profile every model (path, hub id, or `<base_url>#<model id>` of a server: profile_remote.py), then every
+    shape (name or config.json, random weights), in turn.
 
     Returns the profile.json content, crossovers included. Each model is freed before the next one is built; a
     shape is refused (InsufficientMemoryError) unless its estimate + `memory_margin_gib` fits the free memory.
     """
     import datetime
 
-    import torch
     from tqdm.auto import tqdm
 
     from .crossover import crossover_points
+    from .profile_remote import is_remote, remote_entry
 
-    check_device(settings.device)
-    specs = [("model", m) for m in models] + [("shape", s) for s in shapes]
+    specs = [("remote" if is_remote(str(m)) else "model", m) for m in models] + [("shape", s) for s in shapes]
+    local = any(kind != "remote" for kind, _ in specs)
+    if local:
+        check_device(settings.device)
     calls = settings.repeats * len(settings.prompt_tokens) + (1 if settings.warmup else 0)
     bar = tqdm(total=len(settings.image_sizes) * calls * len(specs), desc="profile", unit="call",
                disable=not show_progress)
@@ -271,24 +295,19 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
     try:
         for name, (kind, spec) in zip(_names(models, shapes), specs):
             bar.set_postfix_str(name)
-            t0 = time.perf_counter()
-            vlm = _load(kind, spec, settings, memory_margin_gib)
-            built = time.perf_counter() - t0
-            if settings.device.startswith("cuda"):
-                torch.cuda.reset_peak_memory_stats(torch.device(settings.device))
-            entry = model_entry(vlm, str(getattr(vlm, "shape_info", {}).get("source", spec)), settings, bar)
-            if hasattr(vlm, "shape_info"):
-                entry["shape"] = vlm.shape_info
-            entries[name] = {**entry, **resources(settings.device, time.perf_counter() - t0), "load_seconds": round(built, 1)}
+            if kind == "remote":
+                entries[name] = remote_entry(str(spec), settings, bar, api_key=api_key)
+            else:
+                entries[name] = _profile_local(kind, spec, settings, bar, memory_margin_gib)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
-            del vlm
-            free(settings.device)
     finally:
         bar.close()
+    hardware = hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
+        {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings), "hardware": hardware_info(settings.device), "versions": versions(),
+        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }
     profile["crossovers"] = crossover_points(profile) if len(entries) > 1 else []

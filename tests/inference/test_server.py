@@ -442,3 +442,35 @@ def test_label_with_remote_sides_writes_labels_and_names_the_servers(server, ima
     assert meta["models"]["small"]["dtype"] is None and meta["remote_sides"] == ["small", "large"]
     assert (df["latency_ms__escalate_4"] <= df["latency_ms__transfer_4"] + 1e-9).all()
     assert main(["label", "--small", url, "--large", f"{url}#large", "--dataset", "x", "--out", str(tmp_path / "y")]) == 2
+
+
+def test_label_at_concurrency_over_http_gives_the_serial_labels(server, images, tmp_path, monkeypatch):
+    """`routedvlm label --concurrency 4` with both sides remote: several samples in flight on the server, the same
+    answers, correctness, tokens and features as one at a time; the metadata says the latencies are batched."""
+    import pandas as pd
+
+    from routedvlm.data.labels import read_labels
+    from routedvlm.training.cli import main
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    monkeypatch.setenv("ROUTEDVLM_REQUIRE_PREFIX_CACHE", "0")
+    rows = []
+    for i, (name, img) in enumerate(sorted(images.items()) * 2):
+        img.save(tmp_path / f"{name}.png")
+        rows.append({"id": f"{name}-{i}", "question": QUESTIONS[i % len(QUESTIONS)], "answer": "2", "image": f"{name}.png"})
+    pd.DataFrame(rows).to_json(tmp_path / "data.jsonl", orient="records", lines=True)
+    url, runs = f"{server['url']}/v1", {}
+    for n in (1, 4):
+        out = tmp_path / f"c{n}.parquet"
+        assert main(["label", "--small", f"{url}#small", "--large", f"{url}#large", "--dataset",
+                     str(tmp_path / "data.jsonl"), "--out", str(out), "--k-grid", "4", "--max-new-tokens", "6",
+                     "--min-new-tokens", "4", "--max-reason-tokens", "40", "--min-reason-tokens", "24", "--no-progress",
+                     "--concurrency", str(n), "--flush-every", "2"]) == 0
+        runs[n] = read_labels(out)
+    (one, meta1), (four, meta4) = runs[1], runs[4]
+    assert four["error"].isna().all() and len(four) == len(rows)
+    cols = [c for c in one.columns if c.startswith(("answer__", "correct__", "output_tokens__", "feat__"))]
+    pd.testing.assert_frame_equal(one.set_index("sample_id").sort_index()[cols],
+                                  four.set_index("sample_id").sort_index()[cols], check_exact=False, rtol=1e-6)
+    assert (meta1["latency_source"], meta1["requests_in_flight"]) == ("wall-clock", 1)
+    assert (meta4["latency_source"], meta4["requests_in_flight"], meta4["runner"]) == ("batched-wall-clock", 4, "threads")

@@ -167,7 +167,7 @@ def test_routedvlm_serve_in_front_of_the_vllm_servers(vllm_servers, toy_router, 
         while True:
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code == 200:  # loaded in the background
                     break
             except httpx.TransportError:
                 pass

@@ -24,7 +24,7 @@ MERGE_EPILOG = "example: routedvlm label merge labels.parquet shard0.parquet sha
 FLAG_NAMES = {"dataset_config": "--config"}
 REQUIRED = ("small", "large", "dataset", "out")
 INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every",
-              "concurrency", "num_workers")
+              "concurrency", "num_workers", "threads")
 FLOAT_FIELDS = ("threshold", "gpus_per_worker")
 SWITCHES = ("resume", "ray")
 
@@ -90,4 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging()
     summary = run_labelling(cfg)
     print(summary.line())
+    if summary.samples and summary.errors == summary.samples:
+        print(f"error: every sample failed ({summary.errors} of {summary.samples}); the labels hold no usable row. "
+              "Fix the first errors above (the `error` column has each) and run again.", file=sys.stderr)
+        return 1
     return 0

@@ -49,7 +49,7 @@ def _size_list(text: str) -> list:
 
 
 DEFAULTS = {"image_sizes": [224, 448, 896], "prompt_tokens": [32, 256, 1024], "output_tokens": [1, 16, 64, 256, 1024],
-            "repeats": 3, "device": "cpu", "dtype": None}
+            "repeats": 3, "device": "auto", "dtype": None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,16 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=None, metavar="N,...",
                    help="output lengths; decode runs to the largest (default 1,16,64,256,1024)")
     p.add_argument("--repeats", type=int, default=None, help="measurements per grid point (default 3)")
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--device", default=None, help="torch device: auto (cuda when available, else cpu), cpu, cuda, "
+                   "cuda:1 ... (default auto)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads: 1 (default) gives stable latencies on a "
+                   "shared CPU; 0 keeps torch's default (one per core); recorded in profile.json")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
     p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
     p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
-    p.add_argument("--plots-dir", type=pathlib.Path, default=None, help="write components.png and crossover.png here")
+    p.add_argument("--plots-dir", type=pathlib.Path, default=None,
+                   help="where to write components.png and crossover.png (default: <out stem>_plots/ beside --out)")
+    p.add_argument("--no-plots", action="store_true", help="write profile.json only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def default_plots_dir(out: pathlib.Path) -> pathlib.Path:
+    """Where the plots go without --plots-dir: `<out stem>_plots/` beside --out (profile.json -> profile_plots/)."""
+    return out.with_name(f"{out.stem}_plots")
 
 
 def resolve_args(args) -> tuple[dict, list]:
@@ -157,7 +167,12 @@ def _progress_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
+    if args.threads < 0:
+        raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {args.threads!r} instead.")
     from .profiler import ProfileSettings, run_profile
+    from .vlm import set_threads
+
+    set_threads(args.threads)
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
@@ -175,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     _write_json(args.out, profile)
     print(_summary(profile))
     print(f"wrote {args.out}")
-    if args.plots_dir is not None:
+    if not args.no_plots:
         from .profile_plots import plot_components, plot_crossover
 
-        for path in (plot_components(profile, args.plots_dir / "components.png"),
-                     plot_crossover(profile, args.plots_dir / "crossover.png")):
+        plots = args.plots_dir or default_plots_dir(args.out)
+        for path in (plot_components(profile, plots / "components.png"),
+                     plot_crossover(profile, plots / "crossover.png")):
             print(f"wrote {path}")
     return 0
 

@@ -13,6 +13,8 @@ from routedvlm.router.errors import ConfigError
 EPILOG = """example:
   routedvlm profile --model ./small --model ./large --image-sizes 224,448 --prompt-tokens 32,256 \\
       --output-tokens 1,16,64,256 --repeats 3 --out profile.json --plots-dir plots/
+  routedvlm profile --model http://127.0.0.1:8002/v1#toy-small --model http://127.0.0.1:8001/v1#toy-large \\
+      --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
   routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \
       --prompt-tokens 8,48,128 --output-tokens 1,4,16 --repeats 1 --out profile.json   # real sizes, random weights
   routedvlm profile --preset gpu-check   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation, GPU tests
@@ -45,7 +47,7 @@ def _size_list(text: str) -> list:
 
 
 DEFAULTS = {"image_sizes": [224, 448, 896], "prompt_tokens": [32, 256, 1024], "output_tokens": [1, 16, 64, 256, 1024],
-            "repeats": 3, "device": "cpu", "dtype": None}
+            "repeats": 3, "device": "auto", "dtype": None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="routedvlm profile", description="Measure preprocess / vision / prefill / decode latency per model on "
         "simulated inputs and fit a latency model.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", default=[], metavar="PATH_OR_ID",
-                   help="checkpoint folder or hub id; repeat for several models")
+                   help="checkpoint folder, hub id, or '<base_url>#<model id>' of a model on an OpenAI-compatible "
+                        "server (streamed, one request in flight; prompt lengths then count words); repeat for several")
+    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID (default: "
+                   "$ROUTEDVLM_BACKEND_API_KEY)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME_OR_CONFIG",
                    help="a published model shape with seeded random weights: "
                         "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, or a config.json path; repeatable")
@@ -69,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=None, metavar="N,...",
                    help="output lengths; decode runs to the largest (default 1,16,64,256,1024)")
     p.add_argument("--repeats", type=int, default=None, help="measurements per grid point (default 3)")
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--device", default=None, help="torch device: auto (cuda when available, else cpu), cpu, cuda, "
+                   "cuda:1 ... (default auto)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads: 1 (default) gives stable latencies on a "
+                   "shared CPU; 0 keeps torch's default (one per core); recorded in profile.json")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
     p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
@@ -79,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
-    p.add_argument("--plots-dir", type=pathlib.Path, default=None, help="write components.png and crossover.png here")
+    p.add_argument("--plots-dir", type=pathlib.Path, default=None,
+                   help="where to write components.png and crossover.png (default: <out stem>_plots/ beside --out)")
+    p.add_argument("--no-plots", action="store_true", help="write profile.json only")
     p.add_argument("--crossover-m", type=_int_list("--crossover-m"), default=None, metavar="M,...",
                    help="small-model output lengths M for the crossovers N*(M), from the fit (default: the "
                         "--output-tokens above 1; larger M extrapolate the fitted decode line)")
@@ -88,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "without measuring anything")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def default_plots_dir(out: pathlib.Path) -> pathlib.Path:
+    """Where the plots go without --plots-dir: `<out stem>_plots/` beside --out (profile.json -> profile_plots/)."""
+    return out.with_name(f"{out.stem}_plots")
 
 
 def resolve_args(args) -> tuple[dict, list]:
@@ -126,7 +141,8 @@ def _summary(profile: dict) -> str:
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
         r2 = "/".join("n/a" if f[c]["r2"] is None else f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
-        lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
+        params = "remote" if e.get("parameters") is None else f"{e['parameters']:,}"
+        lines.append(f"{name:<24} {params:>12} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
                      f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
                      f"{e.get('end_to_end_mape') or float('nan'):.1f}%")
     for name, e in profile["models"].items():
@@ -164,11 +180,12 @@ def _report(profile: dict, args) -> int:
     if args.out is not None:
         write_json(args.out, profile)
         print(f"wrote {args.out}")
-    if args.plots_dir is not None:
+    plots = args.plots_dir or (default_plots_dir(args.out) if args.out is not None else None)
+    if plots is not None and not args.no_plots:
         from .profile_plots import plot_components, plot_crossover
 
-        for path in (plot_components(profile, args.plots_dir / "components.png"),
-                     plot_crossover(profile, args.plots_dir / "crossover.png", args.crossover_m)):
+        for path in (plot_components(profile, plots / "components.png"),
+                     plot_crossover(profile, plots / "crossover.png", args.crossover_m)):
             print(f"wrote {path}")
     return 0
 
@@ -180,8 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         from .latency_model import read_profile
 
         return _report(read_profile(args.from_profile), args)
+    if args.threads < 0:
+        raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {args.threads!r} instead.")
     from .profile_env import write_json
     from .profiler import ProfileSettings, run_profile
+    from .vlm import set_threads
+
+    set_threads(args.threads)
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
@@ -196,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     partial = args.out.with_name(args.out.stem + ".partial.json")
     profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
-                          memory_margin_gib=args.memory_margin_gib, partial_path=partial)
+                          memory_margin_gib=args.memory_margin_gib, api_key=args.api_key, partial_path=partial)
     write_json(args.out, profile)
     partial.unlink(missing_ok=True)
     return _report(profile, args)

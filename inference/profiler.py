@@ -38,7 +38,7 @@ class ProfileSettings:
     output_tokens: list = dataclasses.field(default_factory=lambda: [1, 16, 64, 256, 1024],
                                             metadata={"help": "output lengths reported end to end; decode runs to the max"})
     repeats: int = dataclasses.field(default=3, metadata={"help": "measurements per grid point"})
-    device: str = dataclasses.field(default="cpu", metadata={"help": "torch device, e.g. cpu, cuda, cuda:1"})
+    device: str = dataclasses.field(default="auto", metadata={"help": "torch device: auto (cuda when present), cpu, cuda:1"})
     dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images (and of a shape's weights)"})
     warmup: bool = dataclasses.field(default=True, metadata={"help": "one unrecorded call per image size first"})
@@ -59,6 +59,10 @@ class ProfileSettings:
                               f"Got {self.output_tokens!r} instead.")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats <= 0:
             raise ConfigError(f"The `repeats` setting must be a positive integer. Got {self.repeats!r} instead.")
+        if self.device == "auto":
+            from .vlm import resolve_device
+
+            self.device = resolve_device(self.device)
         if self.clock not in CLOCKS:
             raise ConfigError(f"The `clock` setting must be one of {one_of(CLOCKS)}. Got {self.clock!r} instead.")
         if self.clock == "cpu" and not str(self.device).startswith("cpu"):
@@ -188,13 +192,17 @@ def end_to_end_mape(meas: dict, fit: dict) -> float | None:
 
 
 def _names(paths: list, shapes: list = ()) -> list:
-    """Display names: folder basename or hub id (then shape names), made unique with a #2, #3 suffix."""
+    """Display names: folder basename, hub id or a server model's id (then shape names), made unique with a #2, #3
+    suffix."""
+    from .profile_remote import is_remote, parse_remote
     from .shapes import resolve_shape
 
+    def base(p):
+        p = str(p).rstrip("/")
+        return parse_remote(p)[1] if is_remote(p) else os.path.basename(p) if os.path.isdir(p) else p
+
     out = []
-    bases = [os.path.basename(str(p).rstrip("/")) if os.path.isdir(str(p).rstrip("/")) else str(p).rstrip("/")
-             for p in paths] + [resolve_shape(s)[0] for s in shapes]
-    for name in bases:
+    for name in [base(p) for p in paths] + [resolve_shape(s)[0] for s in shapes]:
         k, cand = 2, name
         while cand in out:
             cand, k = f"{name}#{k}", k + 1
@@ -214,14 +222,14 @@ def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
     return VLM.from_pretrained(spec, device=settings.device, dtype=settings.dtype)
 
 
-def _profile_one(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
-    """Load, measure and free one model: its profile.json entry, with the time and memory it took."""
-    import torch
-
+def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
+    """Load, measure and free one local model or shape: its profile.json entry, with the time and memory it took."""
     t0 = time.perf_counter()
     vlm = _load(kind, spec, settings, margin_gib)
     built = time.perf_counter() - t0
     if settings.device.startswith("cuda"):
+        import torch
+
         torch.cuda.reset_peak_memory_stats(torch.device(settings.device))
     entry = model_entry(vlm, str(getattr(vlm, "shape_info", {}).get("source", spec)), settings, bar)
     if hasattr(vlm, "shape_info"):
@@ -232,7 +240,7 @@ def _profile_one(kind: str, spec, settings: ProfileSettings, bar, margin_gib: fl
     return entry
 
 
-def assemble(settings: ProfileSettings, entries: dict, crossovers: bool = True) -> dict:
+def assemble(settings: ProfileSettings, entries: dict, hardware: dict, crossovers: bool = True) -> dict:
     """The profile.json content for the measured `entries` ({name: model_entry})."""
     import datetime
 
@@ -241,7 +249,7 @@ def assemble(settings: ProfileSettings, entries: dict, crossovers: bool = True) 
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings), "hardware": hardware_info(settings.device), "versions": versions(),
+        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }
     profile["crossovers"] = crossover_points(profile) if crossovers and len(entries) > 1 else []
@@ -249,8 +257,9 @@ def assemble(settings: ProfileSettings, entries: dict, crossovers: bool = True) 
 
 
 def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True, shapes: list = (),
-                memory_margin_gib: float = 0.0, partial_path=None) -> dict:
-    """Profile every model (path or hub id), then every shape (name or config.json, random weights), in turn.
+                memory_margin_gib: float = 0.0, api_key: str | None = None, partial_path=None) -> dict:
+    """Profile every model (path, hub id, or `<base_url>#<model id>` of a server: profile_remote.py), then every
+    shape (name or config.json, random weights), in turn.
 
     Returns the profile.json content, crossovers included. Each model is freed before the next one is built. Every
     shape's memory is checked before anything runs and again when it is built: refused (InsufficientMemoryError)
@@ -259,12 +268,20 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
     """
     from tqdm.auto import tqdm
 
+    from .profile_remote import is_remote, remote_entry
     from .shapes import check_shape_memory
 
-    check_device(settings.device)
+    specs = [("remote" if is_remote(str(m)) else "model", m) for m in models] + [("shape", s) for s in shapes]
+    local = any(kind != "remote" for kind, _ in specs)
+    if local:
+        check_device(settings.device)
     for spec in shapes:
         check_shape_memory(spec, settings, memory_margin_gib)
-    specs = [("model", m) for m in models] + [("shape", s) for s in shapes]
+
+    def hardware() -> dict:
+        return hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
+            {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
+
     calls = settings.repeats * len(settings.prompt_tokens) + (1 if settings.warmup else 0)
     bar = tqdm(total=len(settings.image_sizes) * calls * len(specs), desc="profile", unit="call",
                disable=not show_progress)
@@ -272,10 +289,13 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
     try:
         for name, (kind, spec) in zip(_names(models, shapes), specs):
             bar.set_postfix_str(name)
-            entries[name] = _profile_one(kind, spec, settings, bar, memory_margin_gib)
+            if kind == "remote":
+                entries[name] = remote_entry(str(spec), settings, bar, api_key=api_key)
+            else:
+                entries[name] = _profile_local(kind, spec, settings, bar, memory_margin_gib)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
             if partial_path is not None:
-                write_json(partial_path, assemble(settings, entries, crossovers=False))
+                write_json(partial_path, assemble(settings, entries, hardware(), crossovers=False))
     finally:
         bar.close()
-    return assemble(settings, entries)
+    return assemble(settings, entries, hardware())

@@ -2,7 +2,10 @@
 
 The router comes from a folder, an MLflow `models:/name@alias` URI, `"mutual-verification"`, a strategy
 id, or a loaded `Router`. A router that fails to load or raises never fails a request: the fallback
-policy (default mutual verification) answers, a warning is logged and the trace's decision record says so.
+policy (default mutual verification) answers, the cause is logged once, the trace's decision record says so,
+and `health()` reports a router that failed to load or fails on every decision.
+Each question goes through the prompt template the router's labels were made with (`policy.prompt_template`,
+see `prompts.PromptTemplate`), so the models and the features see the text the labeller used.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 from .inputs import make_request
 from .pipeline_parts import PipelineConfig
 from .policy_runner import PolicyRunner, RoutedOutput
+from .streaming import RoutedStream
 
 logger = logging.getLogger(__name__)
 DEFAULT_ROUTER = f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}"
@@ -44,15 +48,21 @@ def _load_fallback(fallback):
 class RoutedVLM:
     """A CollaborativePipeline run under a router.
 
-    `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`;
-    lists of inputs return a list (processed one after another: both models are shared, so requests are
+    `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`
+    (`image=None`, or messages without an image part, is a text-only chat); `stream(...)` yields the answer's
+    text as it decodes (a `RoutedStream`); lists of inputs return a list (processed one after another: both models are shared, so requests are
     serialised by a lock; a server may call one RoutedVLM from many threads; when both sides are remote
     (`VLM.from_openai`) there is no lock and requests run concurrently).
-    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`.
+    `prompt_template`: None (default) applies the router's (the one its labels were made with; none for rules
+    and fixed strategies), or 'none', 'lmms-eval', a format string with {question}, or a PromptTemplate.
+    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`.
     """
 
-    def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None):
+    def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
+                 prompt_template=None):
         from routedvlm.router import load_router
+
+        from .prompts import PromptTemplate
 
         self.pipeline = pipeline
         self.fallback = _load_fallback(fallback)
@@ -64,6 +74,8 @@ class RoutedVLM:
             logger.warning("router %r failed to load (%s); every request uses the fallback %s",
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
+        recorded = getattr(getattr(self.router, "policy", None), "prompt_template", None)
+        self.prompt_template = PromptTemplate.parse(recorded if prompt_template is None else prompt_template)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
         remote = all(getattr(side, "remote", False) for side in (pipeline.small, pipeline.large))
         self.lock = contextlib.nullcontext() if remote else threading.RLock()  # HTTP sides keep no model state
@@ -71,7 +83,7 @@ class RoutedVLM:
     @classmethod
     def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
-                        config: PipelineConfig | None = None, **kwargs) -> "RoutedVLM":
+                        config: PipelineConfig | None = None, prompt_template=None, **kwargs) -> "RoutedVLM":
         """Load both sides and the router.
 
         small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`), `VLM` objects, or
@@ -80,11 +92,11 @@ class RoutedVLM:
         router: a router folder, `models:/name@alias` (default `models:/vlm-router@champion` in the
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
+        prompt_template: see the class docstring (default: the router's).
         kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
-        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, `dtype`, ...).
+        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
         """
         from .pipeline import CollaborativePipeline
-        from .vlm import VLM
 
         names = {f.name for f in fields(PipelineConfig)}
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
@@ -92,25 +104,50 @@ class RoutedVLM:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
         sides = [_load_side(s, kwargs) for s in (small, large)]
         pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
-        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri)
+        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template)
 
     @property
     def active_router(self):
         """The router that decides requests: the loaded one, or the fallback when it failed to load."""
         return self.router if self.router is not None else self.fallback
 
-    def generate(self, image=None, question=None, *, messages=None):
-        """Answer one request, or a list of requests (lists of images + questions, or a list of message lists)."""
+    def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None):
+        """Answer one request, or a list of requests (lists of images + questions, or a list of message lists).
+
+        messages: chat messages whose last user turn holds the question and at most one image part, as
+        transformers writes them (`{"type": "image", "image": PIL | path}`, `{"type": "image", "url": ...}`) or
+        as OpenAI does (`{"type": "image_url", "image_url": {"url": "data:..." | path}}`).
+        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts)."""
+        _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self._one(**kw) for kw in _split_batch(image, question, messages)]
-        return self._one(image=image, question=question, messages=messages)
+            return [self._run(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+        return self._run(self._request(image, question, messages), max_tokens=max_tokens)
 
     __call__ = generate
 
-    def _one(self, image=None, question=None, messages=None) -> RoutedOutput:
+    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None) -> RoutedStream:
+        """One request whose final answer streams as it decodes: `for delta in vlm.stream(...)`, then `.output`.
+
+        The route is decided before the first answer token; an answer the cascade accepted (already decoded
+        before the decision) arrives as one delta. Inputs as for `generate` (one request, not a batch)."""
+        _check_max_tokens(max_tokens)
+        return RoutedStream(self, self._request(image, question, messages), max_tokens)
+
+    def _request(self, image=None, question=None, messages=None):
+        """A validated Request whose question went through the router's prompt template."""
         req = make_request(image, question, messages)
+        req.question = self.prompt_template.apply(req.question)
+        return req
+
+    def _run(self, req, **kwargs) -> RoutedOutput:
         with self.lock:
-            return self.runner.run(req)
+            return self.runner.run(req, **kwargs)
+
+    def health(self) -> dict:
+        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts."""
+        router = self.active_router
+        return {"router_type": router.policy.router_type, "mode": router.policy.mode,
+                "router_fallback": self.router is None, **self.runner.health.snapshot()}
 
     def __repr__(self) -> str:
         return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
@@ -119,18 +156,20 @@ class RoutedVLM:
 
 def _load_side(side, kwargs: dict):
     """A VLM from a path / hub id, an 'http(s)://host:port/v1#model' address, or a VLM object as is."""
+    from .backends.remote import connect, is_remote
     from .vlm import VLM
 
     if not isinstance(side, (str, os.PathLike)):
         return side
     text = str(side)
-    if text.startswith(("http://", "https://")):
-        url, _, model = text.partition("#")
-        if not model:
-            raise ConfigError(f"A remote model must be given as '<base_url>#<model id>', e.g. "
-                              f"'http://127.0.0.1:8000/v1#Qwen/Qwen3-VL-8B-Instruct'. Got {text!r}.")
-        return VLM.from_openai(url, model, os.environ.get("ROUTEDVLM_BACKEND_API_KEY"))
+    if is_remote(text):
+        return connect(text)
     return VLM.from_pretrained(text, **kwargs)
+
+
+def _check_max_tokens(max_tokens) -> None:
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0):
+        raise InputError(f"The `max_tokens` parameter must be a positive integer or None. Got {max_tokens!r} instead.")
 
 
 def _is_batch(messages) -> bool:

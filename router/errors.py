@@ -62,6 +62,14 @@ class BackendError(RoutedVLMError, RuntimeError):
     """A model backend (e.g. an OpenAI-compatible server) failed to answer a request."""
 
 
+class OutputLockedError(RoutedVLMError, RuntimeError):
+    """Another live run holds the lock on an output (labelling)."""
+
+
+class StorageError(RoutedVLMError, OSError):
+    """A file cannot be written (read-only folder, disk full); what was stored before is kept."""
+
+
 def one_of(options) -> str:
     """Render valid options sorted, for error messages: `'a', 'b' or 'c'`."""
     opts = sorted(str(o) for o in options)

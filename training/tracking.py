@@ -81,8 +81,27 @@ def _ref_latency(ev: dict) -> float | None:
     return rows[0]["mean_latency_ms"] if rows else None
 
 
+def nonfinite_metrics(ev: dict) -> dict:
+    """The learned policy's test metrics that the champion rule reads and that are not finite numbers."""
+    import math
+
+    learned = ev["rows"][-1]
+    values = {"test_utility": ev["utility"], **{f"learned.{m}": learned.get(m) for m in
+                                                ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason")}}
+    return {k: v for k, v in values.items() if not (v is None and k.endswith("speedup_vs_large_reason"))
+            and not (isinstance(v, (int, float)) and math.isfinite(v))}
+
+
 def track(config, result, labels_df) -> dict:
-    """Log the run, register the router (unless --no-register) and update the champion alias."""
+    """Log the run, register the router (unless --no-register) and update the champion alias. A router whose test
+    metrics are not finite is neither logged nor registered (TrainingError)."""
+    from routedvlm.router.errors import TrainingError
+
+    bad = nonfinite_metrics(result.evaluation)
+    if bad:
+        raise TrainingError(f"The router's test metrics are not finite ({bad}); it is not logged or registered (the "
+                            f"folder is {result.output_dir / 'router'}). Check the labels' latencies "
+                            "(routedvlm labels validate) and retrain.")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 

@@ -12,14 +12,21 @@ from dataclasses import MISSING, fields
 EPILOG = """examples:
   routedvlm label --small Qwen/Qwen3-VL-2B-Thinking --large Qwen/Qwen3-VL-8B-Instruct \\
       --dataset lmms-lab/ChartQA --limit 500 --out labels.parquet --dtype bfloat16
+  routedvlm label --small http://127.0.0.1:8102/v1#toy-small --large http://127.0.0.1:8101/v1#toy-large \
+      --dataset toy.parquet --adapter toyworld --k-grid 4,8,16 --out labels.parquet     (models served by vLLM)
   routedvlm label ... --shard 0/4 --out part0.parquet      (one of four machines; same flags elsewhere)
   routedvlm label ... --resume                              (finish an interrupted run)
+  routedvlm label --small http://h:8002/v1#small --large http://h:8001/v1#large ... --concurrency 32 --cost profile.json
+  routedvlm label ... --ray --num-workers 8 --gpus-per-worker 1   (a Ray cluster; --ray-address auto to join one)
   routedvlm label merge labels.parquet part0.parquet part1.parquet part2.parquet part3.parquet
 """
 MERGE_EPILOG = "example: routedvlm label merge labels.parquet shard0.parquet shard1.parquet"
 FLAG_NAMES = {"dataset_config": "--config"}
 REQUIRED = ("small", "large", "dataset", "out")
-INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every")
+INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every",
+              "concurrency", "num_workers")
+FLOAT_FIELDS = ("threshold", "gpus_per_worker")
+SWITCHES = ("resume", "ray")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,10 +40,10 @@ def _parser() -> argparse.ArgumentParser:
         help_text = f.metadata.get("help", "").replace("%", "%%")
         if f.name == "progress":
             p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
-        elif f.name == "resume":
+        elif f.name in SWITCHES:
             p.add_argument(flag, dest=f.name, action="store_true", help=help_text)
         else:
-            kind = int if f.name in INT_FIELDS else float if f.name == "threshold" else str
+            kind = int if f.name in INT_FIELDS else float if f.name in FLOAT_FIELDS else str
             default = None if f.default is MISSING else f.default
             p.add_argument(flag, dest=f.name, type=kind, default=default, required=f.name in REQUIRED,
                            metavar=f.name.upper().replace("DATASET_", ""), help=help_text)

@@ -9,16 +9,26 @@ from ..router.strategies import DEFAULT_K_GRID, default_strategies, parse_k_grid
 
 SELECTOR_NAMES = ("attention", "prefix", "suffix")
 DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."
-# fields that do not change what the run computes: they may differ between a run and its --resume
-NOT_SETTINGS = ("resume", "flush_every", "progress")
+# fields that do not change what the run computes: they may differ between a run and its --resume (the latency
+# source they imply may not: see labelling.check_latency_source)
+NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_address", "num_workers",
+                "gpus_per_worker")
+REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are OpenAI-compatible servers
+
+
+def both_remote(cfg) -> bool:
+    """Both sides are servers (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
+    from ..inference.backends.remote import is_remote
+
+    return is_remote(cfg.small) and is_remote(cfg.large)
 
 
 @dataclass
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str = field(metadata={"help": "small VLM: checkpoint folder or hub id"})
-    large: str = field(metadata={"help": "large VLM: checkpoint folder or hub id"})
+    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
+    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
     dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
     out: str = field(metadata={"help": "labels.parquet to write"})
     adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
@@ -32,8 +42,10 @@ class LabelConfig:
     resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
     device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
     dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
-    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the small side's reasoning mode"})
-    large_reasoner: str | None = field(default=None, metadata={"help": "checkpoint serving the large side's reasoning mode"})
+    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint (or served model: '<base_url>#<model "
+                                                                       "id>', or a model id on the small side's server) "
+                                                                       "serving the small side's reasoning mode"})
+    large_reasoner: str | None = field(default=None, metadata={"help": "the same for the large side's reasoning mode"})
     threshold: float = field(default=0.5, metadata={"help": "a strategy is correct when its score >= this"})
     max_new_tokens: int = field(default=32, metadata={"help": "max tokens of a short (direct) answer"})
     max_reason_tokens: int = field(default=512, metadata={"help": "max tokens of a reasoning run"})
@@ -44,12 +56,25 @@ class LabelConfig:
     cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
+    concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
+                                    "when both sides are servers, else 1; local models run one sample at a time)"})
+    ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
+                      "pool, one pipeline per worker"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join, e.g. 'auto' or "
+                                    "'ray://head:10001' (default: start a local one)"})
+    num_workers: int | None = field(default=None, metadata={"help": "Ray workers (default: cluster GPUs / "
+                                    "--gpus-per-worker, else cluster CPUs)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray worker (its models run on them)"})
 
     def __post_init__(self) -> None:
         for name in ("small", "large", "dataset", "out"):
             value = getattr(self, name)
             if not isinstance(value, (str, Path)) or not str(value).strip():
                 raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
+        from ..inference.backends.remote import parse_remote
+
+        for name in ("small", "large", "small_reasoner", "large_reasoner"):
+            parse_remote(getattr(self, name))  # a URL without '#<model id>' is refused here, before anything runs
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:
@@ -57,10 +82,26 @@ class LabelConfig:
         for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        self._check_scale()
         if self.limit is not None and int(self.limit) < 0:
             raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
         self.shard_index, self.shard_count = parse_shard(self.shard)
         self._resolve_strategies()
+
+    def _check_scale(self) -> None:
+        if self.concurrency is None:
+            self.concurrency = REMOTE_CONCURRENCY if both_remote(self) else 1
+        if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
+            raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
+        if self.num_workers is not None and int(self.num_workers) <= 0:
+            raise ConfigError(f"The `num_workers` setting must be a positive integer. Got {self.num_workers!r} instead.")
+        if float(self.gpus_per_worker) < 0:
+            raise ConfigError(f"The `gpus_per_worker` setting must be >= 0. Got {self.gpus_per_worker!r} instead.")
+        used = [f"--{n.replace('_', '-')}" for n in ("ray_address", "num_workers") if getattr(self, n) is not None]
+        used += ["--gpus-per-worker"] if float(self.gpus_per_worker) else []
+        if used and not self.ray:
+            raise ConfigError(f"The `ray` setting is off but {', '.join(used)} was given; add --ray to label on a "
+                              "Ray cluster, or drop those flags.")
 
     def _resolve_strategies(self) -> None:
         grid = parse_k_grid(self.k_grid) if self.k_grid is not None else None

@@ -51,8 +51,26 @@ def _checkpoint(name, dtype, device) -> dict:
     return {"name": str(name), "revision": model_revision(name), "dtype": dtype, "device": device}
 
 
+def _remote(vlm) -> dict:
+    """A served model: its server URL and model id, and what the server reports (`GET /v1/models`); its revision
+    is the weights hash of the served folder when that folder is readable here (same machine), else None."""
+    from ..inference.backends.remote import served_model
+
+    served = served_model(vlm)
+    root = served.get("root")
+    revision = model_revision(root) if root and Path(root).exists() else None
+    return {"name": vlm.name, "server": vlm.client.base_url, "model_id": vlm.model_id, "served": served,
+            "revision": revision, "dtype": None, "device": "remote"}
+
+
+def _dtype_of(vlm, dtype):
+    if dtype or getattr(vlm, "model", None) is None:
+        return dtype
+    return str(vlm.model.dtype).replace("torch.", "")
+
+
 def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
-    """One side's checkpoints and which one served which mode (direct / reason)."""
+    """One side's checkpoints (or servers and model ids) and which one served which mode (direct / reason)."""
     from ..router.errors import ModeUnavailableError
 
     try:
@@ -60,12 +78,32 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
         reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
     except ModeUnavailableError:
         reason = None
+    if getattr(vlm, "remote", False):
+        reasoner = _remote(vlm.reasoner) if vlm.reasoner is not None else None
+        main = _remote(vlm)
+    else:
+        reasoner = _checkpoint(reasoner_path, _dtype_of(vlm.reasoner or vlm, dtype), device) if reasoner_path else None
+        main = _checkpoint(path, _dtype_of(vlm, dtype), device)
     return {
-        **_checkpoint(path, dtype, device),
-        "reasoner": _checkpoint(reasoner_path, dtype, device) if reasoner_path else None,
+        **main,
+        "reasoner": reasoner,
         "style": vlm.style,
         "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
     }
+
+
+def scale_info(cfg) -> dict:
+    """How a run spreads its samples: `concurrency`, `requests_in_flight` (per model; 1 = standalone wall times),
+    `runner` ('serial', 'threads' or 'ray') and, for Ray, its address, workers and GPUs per worker."""
+    from .label_config import both_remote
+    from .label_runner import requests_in_flight
+
+    info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, both_remote(cfg)),
+            "runner": "ray" if cfg.ray else "threads" if int(cfg.concurrency) > 1 else "serial"}
+    if cfg.ray:
+        info["ray"] = {"address": cfg.ray_address, "num_workers": cfg.num_workers,
+                       "gpus_per_worker": float(cfg.gpus_per_worker)}
+    return info
 
 
 def library_versions() -> dict:

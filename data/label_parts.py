@@ -1,30 +1,41 @@
-"""Crash-safe storage of a labelling run: rows go to `<out>.parts/part-NNNNN.parquet` a few samples at a time.
+"""Crash-safe storage of a labelling run: rows go to `<out>.parts/part-NNNNN-<sha256>.parquet` a few at a time.
 
 Every part and the run manifest (`manifest.json`: the run's settings and its labels metadata) is written to a
-temp file and `os.replace`d, so a run killed at any point (even `kill -9`) leaves only whole files behind; a
-rerun with `--resume` reads the sample ids already stored and skips them. `merge_parts` joins them at the end.
+temp file and `os.replace`d, so a run killed at any point (even `kill -9`) leaves only whole files behind (and
+temp files, which the next run removes). A part's name carries the sha256 of its bytes: `--resume` and the
+final merge verify it, and a damaged part is set aside (`.damaged`) with a warning and its samples labelled
+again. `lock` (see label_lock.py) keeps a second run off the folder while the first is alive.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from ..router.errors import ConfigError, LabelsError
+from ..router.errors import ConfigError, LabelsError, RoutedVLMError
+from .label_lock import RunLock, storage_error
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+LOCK = "lock"
 ORDER_COLUMN = "_position"  # the sample's position in the data set; parts only, dropped at merge
+PART_RE = re.compile(r"^part-(?P<n>\d+)(?:-(?P<sha>[0-9a-f]{64}))?\.parquet$")
+_NUMBERED = re.compile(r"^part-(?P<n>\d+)")
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)` and move the result onto `path` atomically (see `labels.atomic_write`)."""
-    from .labels import atomic_write
-
-    atomic_write(path, write)
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def settings_diff(old: dict, new: dict) -> list[str]:
@@ -39,18 +50,36 @@ class PartStore:
     def __init__(self, out) -> None:
         self.out = Path(out)
         self.dir = self.out.with_name(self.out.name + ".parts")
+        self.lock = RunLock(self.dir / LOCK, what=str(self.out))
+        self._verified: dict[str, bool] = {}
 
     # ----- lifecycle ------------------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        """Whether the parts folder holds anything of a run (a manifest or parts), not just a lock."""
+        return self.dir.is_dir() and ((self.dir / MANIFEST).exists() or bool(self.part_files()))
+
     def check_start(self, resume: bool) -> None:
         """Refuse to overwrite earlier work unless resuming."""
         if resume:
             return
-        found = [str(p) for p in (self.out, self.dir) if p.exists()]
+        found = [str(p) for p in (self.out,) if p.exists()] + ([str(self.dir)] if self.has_work() else [])
         if found:
             raise ConfigError(
                 f"The output already exists: {', '.join(found)}. Pass --resume to finish that run (same settings), "
                 "or remove it to start over; nothing is overwritten silently."
             )
+
+    def clean_temp(self) -> None:
+        """Remove temp files a killed run left behind (ours only: `.<out name>.*.tmp`, `.*.tmp` in the parts
+        folder). Call while holding the lock, so no live writer owns them."""
+        stray = list(self.out.parent.glob(f".{self.out.name}.*.tmp"))
+        stray += list(self.dir.glob(".*.tmp")) if self.dir.is_dir() else []
+        for path in stray:
+            try:
+                path.unlink()
+                log.info("removed %s, a temp file of an interrupted write", path)
+            except OSError as exc:
+                log.warning("cannot remove the stray temp file %s: %s", path, exc)
 
     def manifest(self) -> dict | None:
         path = self.dir / MANIFEST
@@ -74,17 +103,42 @@ class PartStore:
             )
 
     def write_manifest(self, settings: dict, metadata: dict) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"format_version": 1, "settings": settings, "metadata": metadata}, indent=2, default=str)
-        _atomic_write(self.dir / MANIFEST, lambda tmp: Path(tmp).write_text(text))
+        self._write(self.dir / MANIFEST, lambda tmp: Path(tmp).write_text(text))
 
     # ----- parts ----------------------------------------------------------------------------------------------
     def part_files(self) -> list[Path]:
-        return sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
+        """Part files in write order (damaged ones already set aside are not listed)."""
+        if not self.dir.is_dir():
+            return []
+        parts = [p for p in self.dir.iterdir() if PART_RE.match(p.name)]
+        return sorted(parts, key=lambda p: int(PART_RE.match(p.name).group("n")))
+
+    def _intact(self, path: Path) -> bool:
+        """Whether a part's bytes match the sha256 in its name; a damaged part is renamed `.damaged` (warning)."""
+        if path.name in self._verified:
+            return self._verified[path.name]
+        want = PART_RE.match(path.name).group("sha")
+        try:
+            ok = want is None or _sha256(path) == want  # parts of older versions carry no checksum
+        except OSError:
+            ok = False
+        if not ok:
+            log.warning("part %s is damaged (its sha256 does not match its name); setting it aside as .damaged, "
+                        "its samples will be labelled again", path)
+            try:
+                path.rename(path.with_name(path.name + ".damaged"))
+            except OSError as exc:
+                raise storage_error(path, exc) from None
+        self._verified[path.name] = ok
+        return ok
+
+    def intact_parts(self) -> list[Path]:
+        return [p for p in self.part_files() if self._intact(p)]
 
     def read_parts(self) -> pd.DataFrame:
-        """All stored rows (duplicates by sample_id dropped, first kept), in data set order."""
-        frames = [pd.read_parquet(p) for p in self.part_files()]
+        """All stored rows of intact parts (duplicates by sample_id dropped, first kept), in data set order."""
+        frames = [pd.read_parquet(p) for p in self.intact_parts()]
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame()
@@ -97,22 +151,55 @@ class PartStore:
 
     def done_ids(self) -> set:
         ids = set()
-        for p in self.part_files():
+        for p in self.intact_parts():
             ids.update(pd.read_parquet(p, columns=["sample_id"])["sample_id"].astype(str))
         return ids
 
+    def _next_number(self) -> int:
+        numbers = [int(m.group("n")) for p in self.dir.iterdir() if (m := _NUMBERED.match(p.name))]
+        return max(numbers) + 1 if numbers else 0
+
     def write_part(self, rows: list[dict]) -> Path | None:
-        """Store rows as the next part file (atomically); returns its path (None for no rows)."""
+        """Store rows as the next part file (atomically, its sha256 in its name); returns its path (None: no rows)."""
         if not rows:
             return None
-        self.dir.mkdir(parents=True, exist_ok=True)
-        existing = self.part_files()
-        n = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
-        path = self.dir / f"part-{n:05d}.parquet"
         df = pd.DataFrame(rows)
-        _atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
-        log.debug("wrote %d rows to %s", len(rows), path)
-        return path
+        n = self._next_number() if self.dir.is_dir() else 0
+        holder = {}
+
+        def write(tmp):
+            df.to_parquet(tmp, index=False)
+            holder["path"] = self.dir / f"part-{n:05d}-{_sha256(Path(tmp))}.parquet"
+            return holder["path"]
+
+        self._write(None, write)
+        self._verified[holder["path"].name] = True
+        log.debug("wrote %d rows to %s", len(rows), holder["path"])
+        return holder["path"]
+
+    def _write(self, path: Path | None, write) -> None:
+        """Atomic write into the parts folder; `path` None: `write(tmp)` returns the final path. OSError -> one line."""
+        target = path or self.dir / "part"
+        kept = "Every sample stored before is kept."
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{target.name}.", suffix=".tmp")
+            os.close(fd)
+        except OSError as exc:
+            raise storage_error(self.dir, exc, kept=kept) from None
+        try:
+            result = write(tmp)
+            final = path if path is not None else result
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, final)
+        except BaseException as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if isinstance(exc, OSError) and not isinstance(exc, RoutedVLMError):
+                raise storage_error(path or self.dir, exc, kept=kept) from None
+            raise
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -5,7 +5,8 @@ as far as the largest K needs; the large model's image+question prefix is prefil
 every `transfer_<K>` continue from it). Answers are scored with the data set's official scorer (`correct` =
 score >= threshold); latencies are composed from the stage records (`data/latency.py` says exactly how); features
 come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
-results, the code the runtime uses. Rows are stored crash-safely (`label_parts.py`) and merged into `--out`.
+results, the code the runtime uses. The job around it (`label_job.py`) stores rows crash-safely (`label_parts.py`),
+several samples in flight (`label_runner.py`) or on Ray (`label_ray.py`), and merges them into `--out`.
 The text sent to the models, and stored as `question`, is `Sample.prompt` (question, options, post prompt).
 A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
 """
@@ -13,22 +14,22 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..router.errors import ConfigError
 from ..router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
 from .label_config import LabelConfig
-from .label_parts import ORDER_COLUMN, PartStore
-from .label_table import METRIC_COLUMN, build_table, scorers_of
-from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, read_labels, tokens_col, write_labels
+from .label_parts import ORDER_COLUMN
+from .label_table import METRIC_COLUMN
+from .labels import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
 from .latency import compose_latencies
 from .loading import SampleSource
 
 log = logging.getLogger(__name__)
 EXECUTION_MODE = "one-stage+two-stage"
+REMOTE_MEASUREMENT = ("per-sample cache_salt namespaces: standalone calls cold; two-stage calls reuse only the "
+                      "large_direct prefix (server-reported cached tokens); one-stage transfers measured cold too "
+                      "unless a cost model prices them (inference/backends/remote_prompt.py)")
 
 
 @dataclass
@@ -155,13 +156,27 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
+    """One side: a local checkpoint / hub id, or '<base_url>#<model id>' on an OpenAI-compatible server (whose
+    one-stage transfers are then also measured cold when `measure_cold`, i.e. for wall-clock latencies)."""
+    from ..inference import VLM
+    from ..inference.backends.remote import connect, is_remote
+
+    if is_remote(spec):
+        vlm = connect(spec, reasoner=reasoner)
+        vlm.measure_cold = measure_cold
+        return vlm
+    return VLM.from_pretrained(spec, device, dtype, reasoner=reasoner)
+
+
 def load_pipeline(cfg: LabelConfig):
     """(CollaborativePipeline with both models loaded, resolved device)."""
-    from ..inference import VLM, CollaborativePipeline
+    from ..inference import CollaborativePipeline
+    from ..inference.backends.remote import is_remote
 
-    device = resolve_device(cfg.device)
-    small = VLM.from_pretrained(cfg.small, device, cfg.dtype, reasoner=cfg.small_reasoner)
-    large = VLM.from_pretrained(cfg.large, device, cfg.dtype, reasoner=cfg.large_reasoner)
+    device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
+    small = load_side(cfg.small, cfg.small_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
+    large = load_side(cfg.large, cfg.large_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
     pipe = CollaborativePipeline(
         small, large, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
         max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
@@ -169,10 +184,10 @@ def load_pipeline(cfg: LabelConfig):
     return pipe, device
 
 
-def stage_cost(cfg: LabelConfig):
-    """(stage_ms callable or None for wall clock, metadata about the latency source)."""
+def stage_cost(cfg: LabelConfig, source: str):
+    """(stage_ms callable or None for wall clock, metadata about the latency source `source`)."""
     if cfg.cost is None:
-        return None, {"latency_source": "wall-clock"}
+        return None, {"latency_source": source}
     from ..inference.latency_model import cost_stage_fn
 
     return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
@@ -183,100 +198,24 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
     from dataclasses import asdict
 
-    from .label_meta import library_versions, now_iso, side_info
+    from .label_meta import library_versions, now_iso, side_info, scale_info
 
     models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
-                              dtype=cfg.dtype or str(getattr(pipe, side).model.dtype).replace("torch.", ""), device=device)
-              for side in ("small", "large")}
+                              dtype=cfg.dtype, device=device) for side in ("small", "large")}
+    remote = [side for side in ("small", "large") if getattr(getattr(pipe, side), "remote", False)]
+    extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
     return {
-        "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
-        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, "libraries": library_versions(),
-        "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard, "run_settings": cfg.settings(),
+        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
+        "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
+        "run_settings": cfg.settings(),
     }
 
 
 # ----- the run ------------------------------------------------------------------------------------------------
-FLUSH_SECONDS = 120.0
-
-
-def _label_all(pipe, cfg: LabelConfig, store: PartStore, todo, load, stage_ms) -> float:
-    """Label `todo` [(position, sample_id)], storing rows every `flush_every` samples (or FLUSH_SECONDS); returns
-    the seconds it took."""
-    from tqdm.auto import tqdm
-
-    buf, errors, last, t0 = [], 0, time.monotonic(), time.monotonic()
-    bar = tqdm(total=len(todo), unit="sample", desc="labelling", file=sys.stderr, disable=not cfg.progress,
-               dynamic_ncols=True, smoothing=0.1)
-    try:
-        for position, sample_id in todo:
-            row = process(pipe, cfg, position, sample_id, load, load.dataset_name, stage_ms)
-            errors += row[ERROR_COLUMN] is not None
-            buf.append(row)
-            bar.update(1)
-            bar.set_postfix(errors=errors, refresh=False)
-            if len(buf) >= cfg.flush_every or time.monotonic() - last > FLUSH_SECONDS:
-                store.write_part(buf)
-                buf, last = [], time.monotonic()
-    finally:
-        store.write_part(buf)  # finished samples survive an interrupt
-        bar.close()
-    return time.monotonic() - t0
-
-
-def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
-            label_seconds: float) -> LabelSummary:
-    from .label_meta import now_iso
-
-    rows = store.read_parts()
-    stray = ~rows["sample_id"].isin(wanted_ids) if len(rows) else None
-    if stray is not None and stray.any():
-        log.warning("ignoring %d stored rows whose samples are no longer selected", int(stray.sum()))
-        rows = rows[~stray]
-    table = build_table(rows, cfg.strategies)
-    failed = table[table[ERROR_COLUMN].notna()]
-    meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
-            "completed_at": now_iso()}
-    write_labels(table, cfg.out, meta)
-    store.remove()
-    examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
-    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
-
-
-def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
-    df, meta = read_labels(cfg.out)
-    store.check_settings(settings, meta.get("run_settings"), str(cfg.out))
-    n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
-    log.info("%s is already complete; nothing to do", cfg.out)
-    return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
-
-
 def run_labelling(cfg: LabelConfig) -> LabelSummary:
-    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring."""
-    from ..router.errors import LabelsError
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out` (see `label_job.py`)."""
+    from .label_job import run_labelling as run
 
-    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
-    store.check_start(cfg.resume)
-    if cfg.resume and store.out.exists() and not store.dir.exists():
-        return _already_done(cfg, store, settings, t0)
-    manifest = store.manifest() if cfg.resume else None
-    if manifest is None and store.part_files():
-        raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
-    store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
-    stage_ms, cost_meta = stage_cost(cfg)
-    source, keyed, load = open_source(cfg)
-    mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
-    done = store.done_ids()
-    todo = [(p, sid) for p, sid in mine if sid not in done]
-    log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
-    metadata, seconds = (manifest or {}).get("metadata"), 0.0
-    if metadata is not None and metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
-        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {store.dir} "
-                          "started (its sha256 differs); resume with the original profile or start over.")
-    if todo or metadata is None:
-        pipe, device = load_pipeline(cfg)
-        if metadata is None:
-            metadata = build_metadata(cfg, pipe, device, source, cost_meta)
-            store.write_manifest(settings, metadata)
-        seconds = _label_all(pipe, cfg, store, todo, load, stage_ms)
-    return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
+    return run(cfg)

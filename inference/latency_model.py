@@ -222,8 +222,12 @@ class LatencyModel:
 
 
 def models_by_size(profile: dict) -> list[str]:
-    """Model names ordered from fewest to most parameters (the name breaks ties)."""
-    return sorted(profile["models"], key=lambda n: (profile["models"][n].get("parameters") or 0, n))
+    """Model names ordered from fewest to most parameters (the name breaks ties); when a model's parameters are
+    unknown (a server model), by its fitted decode cost per token instead (the slower one counts as larger)."""
+    models = profile["models"]
+    if any(e.get("parameters") is None for e in models.values()):
+        return sorted(models, key=lambda n: (float(((models[n].get("fit") or {}).get("decode") or {}).get("intercept", 0)), n))
+    return sorted(models, key=lambda n: (models[n].get("parameters") or 0, n))
 
 
 def _match_path(models: dict, path) -> str | None:

@@ -15,6 +15,11 @@ from routedvlm.router.errors import ConfigError
 EPILOG = """example:
   routedvlm profile --model ./small --model ./large --image-sizes 224,448 --prompt-tokens 32,256 \\
       --output-tokens 1,16,64,256 --repeats 3 --out profile.json --plots-dir plots/
+  routedvlm profile --model http://127.0.0.1:8002/v1#toy-small --model http://127.0.0.1:8001/v1#toy-large \\
+      --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
+  routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \
+      --prompt-tokens 8,48,128 --output-tokens 1,4,16 --repeats 1 --out profile.json   # real sizes, random weights
+  routedvlm profile --preset gpu-check   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation, GPU tests
 then: routedvlm label ... --cost profile.json   (deterministic latencies from the fitted model)
 """
 
@@ -43,26 +48,68 @@ def _size_list(text: str) -> list:
     return out
 
 
+DEFAULTS = {"image_sizes": [224, 448, 896], "prompt_tokens": [32, 256, 1024], "output_tokens": [1, 16, 64, 256, 1024],
+            "repeats": 3, "device": "cpu", "dtype": None}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .gpu_check import PRESETS  # stdlib only at import
+
     p = argparse.ArgumentParser(
         prog="routedvlm profile", description="Measure preprocess / vision / prefill / decode latency per model on "
         "simulated inputs and fit a latency model.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", required=True, metavar="PATH_OR_ID",
-                   help="checkpoint folder or hub id; repeat for several models")
-    p.add_argument("--image-sizes", type=_size_list, default=[224, 448, 896], metavar="PX,...",
+    p.add_argument("--model", action="append", default=[], metavar="PATH_OR_ID",
+                   help="checkpoint folder, hub id, or '<base_url>#<model id>' of a model on an OpenAI-compatible "
+                        "server (streamed, one request in flight; prompt lengths then count words); repeat for several")
+    p.add_argument("--api-key", default=None, help="API key of the servers given as --model URL#ID (default: "
+                   "$ROUTEDVLM_BACKEND_API_KEY)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME_OR_CONFIG",
+                   help="a published model shape with seeded random weights: "
+                        "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, or a config.json path; repeatable")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="gpu-check: the 2B and 8B shapes on the paper's grid on CUDA, the escalation benchmark at those "
+                        "shapes and the GPU tests, into runs/gpu-check/ (flags given here override the preset)")
+    p.add_argument("--image-sizes", type=_size_list, default=None, metavar="PX,...",
                    help="random-image sizes: a side in pixels (square) or WxH, e.g. 224,448,96x16 (default 224,448,896)")
-    p.add_argument("--prompt-tokens", type=_int_list("--prompt-tokens"), default=[32, 256, 1024], metavar="N,...",
+    p.add_argument("--prompt-tokens", type=_int_list("--prompt-tokens"), default=None, metavar="N,...",
                    help="synthetic question lengths in tokens (default 32,256,1024)")
-    p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=[1, 16, 64, 256, 1024], metavar="N,...",
+    p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=None, metavar="N,...",
                    help="output lengths; decode runs to the largest (default 1,16,64,256,1024)")
-    p.add_argument("--repeats", type=int, default=3, help="measurements per grid point (default 3)")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--repeats", type=int, default=None, help="measurements per grid point (default 3)")
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 ... (default cpu)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random images (default 0)")
-    p.add_argument("--out", required=True, type=pathlib.Path, help="where to write profile.json")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
+    p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
+                   help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
+    p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
     p.add_argument("--plots-dir", type=pathlib.Path, default=None, help="write components.png and crossover.png here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def resolve_args(args) -> tuple[dict, list]:
+    """Fill unset grid flags from the preset (if any), then from DEFAULTS; returns (preset, shapes)."""
+    from .gpu_check import PRESETS
+
+    preset = PRESETS[args.preset] if args.preset else {}
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, preset.get(key, default))
+    args.out = args.out or (pathlib.Path(preset["out"]) if preset else None)
+    args.plots_dir = args.plots_dir or (pathlib.Path(preset["plots_dir"]) if preset else None)
+    shapes = args.shape or list(preset.get("shapes", []))
+    if preset and args.model:
+        raise ConfigError("The `--model` flag cannot be combined with --preset; the preset profiles --shape models "
+                          f"(default {', '.join(shapes)}).")
+    if not args.model and not shapes:
+        raise ConfigError("routedvlm profile needs at least one --model PATH_OR_ID or --shape NAME_OR_CONFIG "
+                          "(shapes: qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b).")
+    if args.out is None:
+        raise ConfigError("The `--out` flag is required: pass a file path such as profile.json (or use --preset).")
+    if args.out.exists() and args.out.is_dir():
+        raise ConfigError(f"The `--out` path {str(args.out)!r} is a folder; pass a file path such as profile.json.")
+    return preset, shapes
 
 
 def _write_json(path: pathlib.Path, data: dict) -> None:
@@ -79,9 +126,14 @@ def _summary(profile: dict) -> str:
         f, ref = e["fit"], e["reference"]
         vision = f["vision"]["intercept"] + f["vision"]["slope"] * ref["image_tokens"]
         r2 = "/".join("n/a" if f[c]["r2"] is None else f"{f[c]['r2']:.2f}" for c in ("vision", "prefill", "decode"))
-        lines.append(f"{name:<24} {e['parameters']:>12,} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
+        params = "remote" if e.get("parameters") is None else f"{e['parameters']:,}"
+        lines.append(f"{name:<24} {params:>12} {vision:>14.3f} {f['prefill']['slope']:>15.4f} "
                      f"{f['decode']['intercept']:>14.3f} {f['decode']['slope']:>16.6f}  {r2:<27} "
                      f"{e.get('end_to_end_mape') or float('nan'):.1f}%")
+    for name, e in profile["models"].items():
+        if "seconds" in e:
+            gpu = f", CUDA peak {e['cuda_peak_gib']:.1f} GiB" if "cuda_peak_gib" in e else ""
+            lines.append(f"{name}: profiled in {e['seconds']:.0f} s, process peak RSS {e['peak_rss_gib']:.1f} GiB{gpu}")
     for cp in profile.get("crossovers", []):
         n = cp["large_tokens"]
         lines.append(f"crossover: {cp['large']} answering in <= {n} tokens is as fast as {cp['small']} producing "
@@ -90,16 +142,36 @@ def _summary(profile: dict) -> str:
     return "\n".join(lines)
 
 
+def _progress_logging() -> None:
+    """Show the profiler's progress lines (building a shape, each model done) on stderr."""
+    import logging
+
+    log = logging.getLogger("routedvlm.inference")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[profile] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.out.exists() and args.out.is_dir():
-        raise ConfigError(f"The `--out` path {str(args.out)!r} is a folder; pass a file path such as profile.json.")
+    preset, shapes = resolve_args(args)
     from .profiler import ProfileSettings, run_profile
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
-                               dtype=args.dtype, seed=args.seed)
-    profile = run_profile(args.model, settings, show_progress=not args.no_progress)
+                               dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup)
+    _progress_logging()
+    if preset:
+        from .gpu_check import run_gpu_check, summary_lines
+
+        result = run_gpu_check(settings, shapes, args.out, args.plots_dir, preset["escalation"],
+                               show_progress=not args.no_progress, memory_margin_gib=args.memory_margin_gib)
+        print("\n".join([_summary(result), *summary_lines(result)] + [f"wrote {p}" for p in result["written"]]))
+        return 0
+    profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
+                          memory_margin_gib=args.memory_margin_gib, api_key=args.api_key)
     _write_json(args.out, profile)
     print(_summary(profile))
     print(f"wrote {args.out}")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import platform
 import statistics
 import time
 
 from .latency_model import fit_components
+from .profile_env import check_device, free, hardware_info, resources, sync, versions
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ class ProfileSettings:
     repeats: int = dataclasses.field(default=3, metadata={"help": "measurements per grid point"})
     device: str = dataclasses.field(default="cpu", metadata={"help": "torch device, e.g. cpu, cuda, cuda:1"})
     dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
-    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images"})
+    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images (and of a shape's weights)"})
+    warmup: bool = dataclasses.field(default=True, metadata={"help": "one unrecorded call per image size first"})
 
     def __post_init__(self):
         from routedvlm.router.errors import ConfigError
@@ -115,66 +116,6 @@ def synthetic_prompt(tokenizer, n_tokens: int) -> str:
     return tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
 
 
-def hardware_info(device: str) -> dict:
-    """CPU model, cores, torch threads and, on CUDA, the GPU name and memory."""
-    import torch
-
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform(), "device": device, "gpu": None}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.device(device))
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
-    return info
-
-
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("routedvlm", "torch", "transformers", "numpy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    from routedvlm.router.errors import ConfigError
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"The `device` setting is {device!r} but this torch has no CUDA device. "
-                          "Pass --device cpu, or install a CUDA build of torch on a machine with a GPU.")
-    if not device.startswith(("cpu", "cuda", "mps", "xpu")):
-        raise ConfigError(f"The `device` setting must be a torch device such as 'cpu', 'cuda' or 'cuda:1'. "
-                          f"Got {device!r} instead.")
-
-
-def _free(device: str) -> None:
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-
-
-def _sync(device: str):
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(torch.device(device))
-
-
 def _image_token_id(model):
     cfg = model.config
     for key in ("image_token_id", "image_token_index"):
@@ -190,7 +131,7 @@ def _one_call(vlm, image, question: str, n_out: int, device: str) -> dict:
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
     t0 = time.perf_counter()
     inputs = vlm.encode(image, vlm.render(messages, "direct"))
-    _sync(device)
+    sync(device)
     pre_ms = (time.perf_counter() - t0) * 1000
     tid = _image_token_id(vlm.model)
     n_image = int((inputs["input_ids"] == tid).sum()) if tid is not None else 0
@@ -225,7 +166,7 @@ def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
     n_dec = max(settings.output_tokens)
     questions = {p: synthetic_prompt(vlm.tokenizer, p) for p in settings.prompt_tokens}
     images = {s: random_image(s, settings.seed + i) for i, s in enumerate(settings.image_sizes)}
-    for size in settings.image_sizes:  # warm-up: allocator, kernels, lazy init; not recorded
+    for size in settings.image_sizes if settings.warmup else ():  # allocator, kernels, lazy init; not recorded
         _one_call(vlm, images[size], questions[ref_prompt], 2, settings.device)
         if progress is not None:
             progress.update(1)
@@ -280,12 +221,18 @@ def end_to_end_mape(meas: dict, fit: dict) -> float | None:
     return round(statistics.fmean(errs), 3) if errs else None
 
 
-def _names(paths: list) -> list:
-    """Display names: folder basename or hub id, made unique with a #2, #3 suffix."""
+def _names(paths: list, shapes: list = ()) -> list:
+    """Display names: folder basename, hub id or a server model's id (then shape names), made unique with a #2, #3
+    suffix."""
+    from .profile_remote import is_remote, parse_remote
+    from .shapes import resolve_shape
+
+    def base(p):
+        p = str(p).rstrip("/")
+        return parse_remote(p)[1] if is_remote(p) else os.path.basename(p) if os.path.isdir(p) else p
+
     out = []
-    for p in paths:
-        base = str(p).rstrip("/")
-        name = os.path.basename(base) if os.path.isdir(base) else base
+    for name in [base(p) for p in paths] + [resolve_shape(s)[0] for s in shapes]:
         k, cand = 2, name
         while cand in out:
             cand, k = f"{name}#{k}", k + 1
@@ -293,33 +240,74 @@ def _names(paths: list) -> list:
     return out
 
 
-def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True) -> dict:
-    """Profile every model (path or hub id) in turn; returns the profile.json content, crossovers included."""
+def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
+    """The VLM of one profiled model: a checkpoint (`kind` "model") or a shape with random weights ("shape")."""
+    from .vlm import VLM
+
+    if kind == "shape":
+        from .shapes import shape_vlm
+
+        return shape_vlm(spec, settings.device, settings.dtype, seed=settings.seed, settings=settings,
+                         margin_gib=margin_gib)
+    return VLM.from_pretrained(spec, device=settings.device, dtype=settings.dtype)
+
+
+def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
+    t0 = time.perf_counter()
+    vlm = _load(kind, spec, settings, margin_gib)
+    built = time.perf_counter() - t0
+    if settings.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(torch.device(settings.device))
+    entry = model_entry(vlm, str(getattr(vlm, "shape_info", {}).get("source", spec)), settings, bar)
+    if hasattr(vlm, "shape_info"):
+        entry["shape"] = vlm.shape_info
+    entry = {**entry, **resources(settings.device, time.perf_counter() - t0), "load_seconds": round(built, 1)}
+    del vlm
+    free(settings.device)
+    return entry
+
+
+def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True, shapes: list = (),
+                memory_margin_gib: float = 0.0, api_key: str | None = None) -> dict:
+    """Profile every model (path, hub id, or `<base_url>#<model id>` of a server: profile_remote.py), then every
+    shape (name or config.json, random weights), in turn.
+
+    Returns the profile.json content, crossovers included. Each model is freed before the next one is built; a
+    shape is refused (InsufficientMemoryError) unless its estimate + `memory_margin_gib` fits the free memory.
+    """
     import datetime
 
     from tqdm.auto import tqdm
 
     from .crossover import crossover_points
-    from .vlm import VLM
+    from .profile_remote import is_remote, remote_entry
 
-    _check_device(settings.device)
-    per_model = len(settings.image_sizes) * (1 + settings.repeats * len(settings.prompt_tokens))
-    bar = tqdm(total=per_model * len(models), desc="profile", unit="call", disable=not show_progress)
+    specs = [("remote" if is_remote(str(m)) else "model", m) for m in models] + [("shape", s) for s in shapes]
+    local = any(kind != "remote" for kind, _ in specs)
+    if local:
+        check_device(settings.device)
+    calls = settings.repeats * len(settings.prompt_tokens) + (1 if settings.warmup else 0)
+    bar = tqdm(total=len(settings.image_sizes) * calls * len(specs), desc="profile", unit="call",
+               disable=not show_progress)
     entries = {}
     try:
-        for name, path in zip(_names(models), models):
+        for name, (kind, spec) in zip(_names(models, shapes), specs):
             bar.set_postfix_str(name)
-            vlm = VLM.from_pretrained(path, device=settings.device, dtype=settings.dtype)
-            entries[name] = model_entry(vlm, str(path), settings, bar)
+            if kind == "remote":
+                entries[name] = remote_entry(str(spec), settings, bar, api_key=api_key)
+            else:
+                entries[name] = _profile_local(kind, spec, settings, bar, memory_margin_gib)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
-            del vlm
-            _free(settings.device)
     finally:
         bar.close()
+    hardware = hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
+        {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings), "hardware": hardware_info(settings.device), "versions": versions(),
+        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }
     profile["crossovers"] = crossover_points(profile) if len(entries) > 1 else []

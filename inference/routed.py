@@ -119,17 +119,14 @@ class RoutedVLM:
 
 def _load_side(side, kwargs: dict):
     """A VLM from a path / hub id, an 'http(s)://host:port/v1#model' address, or a VLM object as is."""
+    from .backends.remote import connect, is_remote
     from .vlm import VLM
 
     if not isinstance(side, (str, os.PathLike)):
         return side
     text = str(side)
-    if text.startswith(("http://", "https://")):
-        url, _, model = text.partition("#")
-        if not model:
-            raise ConfigError(f"A remote model must be given as '<base_url>#<model id>', e.g. "
-                              f"'http://127.0.0.1:8000/v1#Qwen/Qwen3-VL-8B-Instruct'. Got {text!r}.")
-        return VLM.from_openai(url, model, os.environ.get("ROUTEDVLM_BACKEND_API_KEY"))
+    if is_remote(text):
+        return connect(text)
     return VLM.from_pretrained(text, **kwargs)
 
 

@@ -4,7 +4,8 @@ The small model reasons once (as far as the largest K needs) and, when `small_di
 prompts share one prefill of image + question + chat header. The large model prefills its image+question prefix
 once (`large_prefix`); `large_direct`, every `transfer_<K>` in increasing K and `large_reason` (when one checkpoint
 serves both modes) continue through a `PromptCache`, so each transfer branches off the previous K's prompt where
-their token ids agree. Remote (HTTP) sides run their own stages, sharing only the reasoning and the prefix.
+their token ids agree. Remote (HTTP) sides run their own stages, sharing only the reasoning and the prefix; their
+calls are measured in isolation (a vLLM `cache_salt` per sample, `backends/remote_prompt.py`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ class SharedRun:
     def __init__(self, pipe, request):
         self.pipe, self.req, self.cfg = pipe, request, pipe.config
         self._caches = {}
+        if any(getattr(side, "remote", False) for side in (pipe.small, pipe.large)):
+            import uuid
+
+            request.__dict__["_measure"] = f"routedvlm-{uuid.uuid4().hex[:16]}"  # this sample's cache namespace
 
     def cache(self, vlm, side: str) -> PromptCache | None:
         if getattr(vlm, "remote", False):
@@ -114,9 +119,8 @@ class SharedRun:
 
     def _transfer(self, lp, rr, k, selection, cached) -> Result:
         kept, n_kept, sel_records = selection
-        if cached is None:
-            gen, ans, rec = lp.answer(lp.transfer_text(kept), "large_transfer")
-            large = [dict(lp.prefix_record, shared=True), rec]
+        if cached is None:  # remote: the two-stage call and the prefix it reused (remote_prompt.py)
+            gen, ans, large = lp.transfer(lp.transfer_text(kept))
         else:
             cache, inputs, upcoming = cached
             gen, large = cache.generate(inputs, "large_transfer", self.pipe.large.mode_name("direct"),

@@ -87,7 +87,7 @@ class VLM:
         """A model served by an OpenAI-compatible server (vLLM, SGLang, `routedvlm serve`), usable as a side of
         the pipeline. thinking: "hybrid" (switched with `chat_template_kwargs.enable_thinking`), "always" or
         "never"; reasoner: a model id on the same server (or an OpenAIVLM) serving the reasoning mode.
-        kwargs: `prompts`, `top_logprobs`, `reason_prompt`. See `backends/openai_backend.py` for what is
+        kwargs: `prompts`, `top_logprobs`, `reason_prompt`, `require_prefix_cache`. See `backends/openai_backend.py` for what is
         measured over HTTP (two-stage decoding relies on the server's prefix caching)."""
         from .backends.openai_backend import OpenAIVLM
 

@@ -58,8 +58,20 @@ class TrainingError(RoutedVLMError, ValueError):
     """train-router cannot train on the given labels (too few rows, no correct label...)."""
 
 
+class InsufficientMemoryError(RoutedVLMError, MemoryError):
+    """A model would not fit in the free memory of its device; refused before anything is allocated."""
+
+
 class BackendError(RoutedVLMError, RuntimeError):
     """A model backend (e.g. an OpenAI-compatible server) failed to answer a request."""
+
+
+class OutputLockedError(RoutedVLMError, RuntimeError):
+    """Another live run holds the lock on an output (labelling)."""
+
+
+class StorageError(RoutedVLMError, OSError):
+    """A file cannot be written (read-only folder, disk full); what was stored before is kept."""
 
 
 def one_of(options) -> str:

@@ -6,3 +6,39 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+
+import pytest  # noqa: E402 - after the environment above
+
+
+def vllm_url(side: str) -> str:
+    """Base URL of the toy pair's vLLM server (`make vllm-up`; ports from $VLLM_PORT_SMALL / $VLLM_PORT_LARGE)."""
+    port = os.environ.get("VLLM_PORT_SMALL" if side == "small" else "VLLM_PORT_LARGE", 8102 if side == "small" else 8101)
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def vllm_servers_script():
+    """integrations/vllm-cpu/servers.py as a module (standard library only)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "integrations" / "vllm-cpu" / "servers.py"
+    spec = importlib.util.spec_from_file_location("vllm_servers_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def vllm_servers():
+    """{"small": '<url>#toy-small', "large": '<url>#toy-large'} once both servers answer a real chat request."""
+    script = vllm_servers_script()
+    try:
+        for side in ("small", "large"):
+            script.chat_once(side, timeout=120)
+    except Exception as exc:  # noqa: BLE001 - any failure means: not up
+        pytest.fail(f"the toy pair's vLLM servers do not answer chat requests at {vllm_url('small')} and "
+                    f"{vllm_url('large')} ({type(exc).__name__}: {exc}): start them with `make vllm-env vllm-up` "
+                    "(stop them with `make vllm-down`)")
+    return {"small": vllm_url("small") + "#toy-small", "large": vllm_url("large") + "#toy-large"}

@@ -18,6 +18,7 @@ import time
 EPILOG = """examples:
   routedvlm demo                        # toy world, ~1000 label + 150 eval samples, into runs/demo
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
+  routedvlm demo --cost profile.json --out runs/demo-2b8b   # toy effects priced at the profiled 2B/8B costs
   routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl
 """
 COLUMNS = ("stage", "model", "mode", "vision_ms", "prefill_ms", "prefill_tok", "cached_tok", "decode_ms", "decode_tok")
@@ -125,6 +126,12 @@ def _toy(args) -> None:
     print(f"\n=== toy world, eval split: {h['n_eval']} samples (router {h['router']} v{h['version']}, {h['mode']}, "
           f"tau={h['tau']:.3f}; trained on {h['n_label']} labelled samples)")
     print(textwrap.fill(f"note: {LATENCY_NOTE}", width=110, subsequent_indent="      "))
+    if cfg.cost:
+        print(textwrap.fill(f"SIMULATED ECONOMICS: every latency below is priced by the cost profile {cfg.cost} "
+                            f"(small = {h['cost_models']['small']}, large = {h['cost_models']['large']}): the toy pair's "
+                            "real answers, accuracy and token counts, each stage costed as if the pair were those "
+                            "models (the profile's fitted vision, prefill and per-token decode); not a measurement "
+                            "of the toy pair.", width=110, subsequent_indent="      "))
     print(f"live RoutedVLM end-to-end wall clock per request (incl. Python overhead): {h['live_wall_mean_ms']:.1f} ms mean; "
           f"fallback decisions: {h['live_fallbacks']}\n")
     print(res.table)

@@ -43,6 +43,9 @@ class DemoConfig:
     target_accuracy: float = _f(0.98, "train-router target: accuracy as a fraction of the best single strategy's")
     live_mutual_verification: bool = _f(True, "also run mutual verification live through RoutedVLM")
     seed: int = _f(0, "seed of the toy splits and of train-router")
+    cost: str | None = _f(None, "profile.json (e.g. of the qwen3-vl-2b/-8b shapes, `routedvlm profile --shape`): price "
+                                "every stage by its fitted latency model instead of the toy pair's wall clock "
+                                "(simulated economics, real accuracy effects)")
     progress: bool = _f(True, "progress bars on stderr")
 
     def __post_init__(self):
@@ -85,7 +88,7 @@ def label_split(cfg: DemoConfig, split: str, n: int, say) -> tuple[Path, Path]:
     _fresh(labels)
     dataset = write_split(split, n, cfg.seed, out / "data")
     t0 = time.perf_counter()
-    summary = label_dataset(dataset, labels, checkpoints=cfg.checkpoints, progress=cfg.progress)
+    summary = label_dataset(dataset, labels, checkpoints=cfg.checkpoints, progress=cfg.progress, cost=cfg.cost)
     say(f"{summary.line()} in {time.perf_counter() - t0:.0f} s")
     return dataset, labels
 
@@ -110,13 +113,29 @@ def train_and_register(cfg: DemoConfig, labels_path: Path, say):
     return result, info
 
 
-def live_one(routed, sample) -> dict:
-    """Answer one sample through `routed` (a RoutedVLM): its record (correct, latency_ms, strategy, wall_ms, ...)."""
+def stage_cost(cfg: DemoConfig):
+    """(stage_ms(side, record) or None, metadata): the `--cost` profile's prices, or None for the wall clock."""
+    if cfg.cost is None:
+        return None, {"latency_source": "wall-clock"}
+    from routedvlm.data.toyworld.make_labels import checkpoint_pair
+    from routedvlm.inference.latency_model import cost_stage_fn
+
+    small, large = checkpoint_pair(cfg.checkpoints)
+    return cost_stage_fn(cfg.cost, small_path=small, large_path=large)
+
+
+def live_one(routed, sample, stage_ms=None) -> dict:
+    """Answer one sample through `routed` (a RoutedVLM): its record (correct, latency_ms, strategy, wall_ms, ...).
+
+    With `stage_ms` (a cost profile) latency_ms prices the stages that ran instead of their wall clock (+ the
+    measured feature and decision time)."""
     t0 = time.perf_counter()
     out = routed.generate(image=sample.images[0], question=sample.prompt)
     wall = (time.perf_counter() - t0) * 1000
+    latency = float(out.latency_ms) if stage_ms is None else out.overhead_ms + sum(
+        stage_ms(r["model"], r) for r in out.trace if r["stage"] != "decision")
     return {"sample_id": sample.sample_id, "answer": out.text, "correct": bool(sample.score(out.text) >= 0.5),
-            "strategy": out.strategy, "latency_ms": float(out.latency_ms), "wall_ms": wall, "fallback": bool(out.fallback)}
+            "strategy": out.strategy, "latency_ms": float(latency), "wall_ms": wall, "fallback": bool(out.fallback)}
 
 
 def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, out: Path):
@@ -133,13 +152,14 @@ def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, ou
     from routedvlm.data.labels import write_labels
 
     pipe = next(iter(routers.values())).pipeline
+    stage_ms, cost_meta = stage_cost(cfg)
     rows, records = [], {name: [] for name in routers}
     for s in tqdm(samples, desc="eval", unit="sample", disable=not cfg.progress, dynamic_ncols=True):
         row = {"sample_id": s.sample_id, "dataset": s.dataset, "task_type": s.task_type, "question": s.prompt,
                "reference": json.dumps(s.references)}
-        rows.append({**row, **label_sample(pipe, s, strategies, 0.5)})
+        rows.append({**row, **label_sample(pipe, s, strategies, 0.5, stage_ms)})
         for name, routed in routers.items():
-            records[name].append(live_one(routed, s))
+            records[name].append(live_one(routed, s, stage_ms))
     from routedvlm.data.label_meta import model_revision
     from routedvlm.data.toyworld.make_labels import checkpoint_pair
 
@@ -147,7 +167,7 @@ def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, ou
     models = {side: {"name": str(p), "revision": model_revision(p)}
               for side, p in zip(("small", "large"), checkpoint_pair(cfg.checkpoints))}
     write_labels(table, out, {"strategies": list(strategies), "candidates": list(strategies), "selector": "prefix",
-                              "k_grid": list(pipe.k_grid), "latency_source": "wall-clock", "models": models,
+                              "k_grid": list(pipe.k_grid), **cost_meta, "models": models,
                               "written_by": "routedvlm demo (eval split, interleaved with RoutedVLM)"})
     return table, records
 
@@ -174,6 +194,7 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
     from . import demo_table as T
 
+    stage_cost(cfg)  # a bad --cost profile fails before any labelling
     t0, report = time.perf_counter(), say
     say = lambda msg: report(f"({time.perf_counter() - t0:5.0f} s) {msg}")  # noqa: E731
     say(f"[1/4] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
@@ -192,9 +213,19 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     header = {"router": uri, "version": info.get("version"), "tracking_uri": info["tracking_uri"],
               "mode": policy.mode, "tau": policy.tau, "target_accuracy": cfg.target_accuracy,
               "n_label": cfg.n_label, "n_eval": len(eval_df), "live_fallbacks": sum(r["fallback"] for r in learned),
-              "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1)}
+              "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1),
+              **cost_header(cfg)}
     paths = T.write_outputs(Path(cfg.out), rows, header, T.learned_curve(routed.router, eval_df))
     return DemoResult(rows, header, {k: str(v) for k, v in paths.items()}, T.format_text(rows))
+
+
+def cost_header(cfg: DemoConfig) -> dict:
+    """The table header's latency source: the wall clock, or the `--cost` profile and the models pricing each side."""
+    if cfg.cost is None:
+        return {"latency_source": "wall-clock"}
+    _, meta = stage_cost(cfg)
+    return {"latency_source": "cost-model (simulated economics, real accuracy effects)", "cost_profile": cfg.cost,
+            "cost_models": meta["cost_models"], "cost_profile_sha256": meta["cost_profile_sha256"]}
 
 
 LEARNED = "learned policy (RoutedVLM)"

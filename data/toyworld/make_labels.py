@@ -100,14 +100,17 @@ def make_labels(out, *, split: str = "label", n: int = 400, seed: int = 0, check
     return label_dataset(dataset, out, checkpoints=checkpoints, progress=progress, resume=resume)
 
 
-def label_dataset(dataset, out, *, checkpoints=None, progress: bool = True, resume: bool = False):
-    """Label a toy data set written by `write_split` into `out` with the toy settings; returns the `LabelSummary`."""
+def label_dataset(dataset, out, *, checkpoints=None, progress: bool = True, resume: bool = False, cost=None):
+    """Label a toy data set written by `write_split` into `out` with the toy settings; returns the `LabelSummary`.
+
+    cost: a profile.json pricing every stage by its fitted latency model (`routedvlm label --cost`)."""
     from ..labelling import run_labelling
 
     small, large = checkpoint_pair(checkpoints)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     log.info("labelling %s with %s and %s", dataset, small, large)
-    return run_labelling(toy_label_config(dataset, out, small, large, progress=progress, resume=resume))
+    extra = {"cost": str(cost)} if cost is not None else {}
+    return run_labelling(toy_label_config(dataset, out, small, large, progress=progress, resume=resume, **extra))
 
 
 def _parser() -> argparse.ArgumentParser:

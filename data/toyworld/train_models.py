@@ -2,7 +2,9 @@
 
 Both learn a direct mode (thinking off) and a reasoning mode (thinking on) in one hybrid checkpoint; the large one
 also learns to answer with (partial, sometimes corrupted) draft reasoning in its prompt, thinking off. A linear
-"read the slot" head on the vision tower's merged tokens speeds up learning to see; it is not saved.
+"read the slot" head on the vision tower's merged tokens speeds up learning to see; it is not saved. Training runs at
+the compact shapes of `models.SIDES`; the saved checkpoint is their exact zero-padded copy (`padding.py`: text hidden
+128 = 4 heads x 32, positions 2048), the shape vLLM's CPU attention serves.
 Example: python -m routedvlm.data.toyworld.train_models --out data/toyworld/checkpoints
 """
 from __future__ import annotations
@@ -21,11 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import models as M
+from .padding import pad_qwen2vl
 from .task import N_SLOTS, make_samples
 
 log = logging.getLogger(__name__)
 HINT_PREFIXES = (4, 8, 16, 32, None)  # None = all of the reasoning
 SIDE_IDS = {"small": 1, "large": 2}
+SAVED_HIDDEN = 128  # the shipped (padded) text hidden size: head size 32, in vLLM-CPU's list
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
             state_path.parent.mkdir(parents=True, exist_ok=True)
             save_state(state_path, model, head, opt, step + 1)
     model.eval()
-    path = M.save_side(model, tok, out / side)
+    path = M.save_side(pad_qwen2vl(model, hidden=SAVED_HIDDEN), tok, out / side)
     log.info("%s: saved to %s after %.0fs", side, path, time.time() - t0)
     return path
 

@@ -59,6 +59,18 @@ class ChatClient:
             self._sleep(attempt, resp.headers.get("retry-after"), what, f"HTTP {resp.status_code}")
         raise AssertionError("unreachable")
 
+    def models(self) -> list:
+        """`GET /models`: the served models' entries (`data`), or BackendError."""
+        import httpx
+
+        try:
+            resp = self._http.get(f"{self.base_url}/models")
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise self._error("models", "-", f"{type(exc).__name__}: {exc}", 0) from None
+        if resp.status_code != 200:
+            raise self._error("models", "-", f"HTTP {resp.status_code}: {_server_message(resp)}", 0)
+        return list((resp.json() or {}).get("data") or [])
+
     def _sleep(self, attempt: int, retry_after, what: str, why: str) -> None:
         try:
             delay = float(retry_after) if retry_after is not None else self.backoff_s * 2**attempt

@@ -237,9 +237,9 @@ REMOTE_STRATEGIES = ["small_direct", "large_direct", "small_reason", "large_reas
 def remote_pipe(server, make_pipeline):
     from routedvlm.inference import VLM
 
-    url = f"{server['url']}/v1"
-    return make_pipeline(VLM.from_openai(url, "small", api_key=KEY, timeout=120),
-                         VLM.from_openai(url, "large", api_key=KEY, timeout=120))
+    url = f"{server['url']}/v1"  # routedvlm serve keeps no prefix cache across requests: no reuse to require
+    return make_pipeline(VLM.from_openai(url, "small", api_key=KEY, timeout=120, require_prefix_cache=False),
+                         VLM.from_openai(url, "large", api_key=KEY, timeout=120, require_prefix_cache=False))
 
 
 @pytest.mark.parametrize("strategy", ["small_direct", "large_direct"])
@@ -331,7 +331,7 @@ def test_first_token_entropy_from_top_logprobs_worked_example():
     """p = 0.5, 0.25 listed; the remaining 0.25 is one more outcome: H = -(.5 ln .5 + 2 * .25 ln .25) = 1.0397 nats."""
     import math
 
-    from routedvlm.inference.backends.openai_backend import _entropy
+    from routedvlm.inference.backends.openai_replies import entropy as _entropy
 
     assert _entropy([{"logprob": math.log(0.5)}, {"logprob": math.log(0.25)}]) == pytest.approx(1.0397, abs=1e-4)
 
@@ -385,7 +385,7 @@ def test_run_many_over_http_gives_the_answers_of_single_runs(remote_pipe, images
 
 
 def test_reasoning_tokens_from_logprob_tokens_worked_example():
-    from routedvlm.inference.backends.openai_backend import _reasoning_tokens
+    from routedvlm.inference.backends.openai_replies import reasoning_tokens as _reasoning_tokens
 
     toks = ["<think>", "a", "b", "</think>", "c", "<|im_end|>"]
     assert _reasoning_tokens(toks, "ab", thinking=True, stopped=True, has_logprobs=True) == ["a", "b"]
@@ -411,3 +411,62 @@ def test_run_many_over_http_equals_run(remote_pipe, images):
     assert all(r["remote"] for res in many.values() for r in res.trace)
     t8 = many["transfer_8"].trace
     assert [r["stage"] for r in t8] == ["small_reason", "large_prefix", "large_transfer"] and t8[0]["shared"]
+
+
+def test_label_with_remote_sides_writes_labels_and_names_the_servers(server, images, tmp_path, monkeypatch):
+    """`routedvlm label --small <url>#small --large <url>#large`: remote sides as RoutedVLM/serve take them (this
+    stand-in keeps no prefix cache across requests, so the reuse check is off); metadata names servers and models."""
+    import pandas as pd
+
+    from routedvlm.data.labels import read_labels
+    from routedvlm.training.cli import main
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    monkeypatch.setenv("ROUTEDVLM_REQUIRE_PREFIX_CACHE", "0")
+    for name, img in images.items():
+        img.save(tmp_path / f"{name}.png")
+    pd.DataFrame([{"id": n, "question": "How many boxes?", "answer": "2", "image": f"{n}.png"} for n in images]
+                 ).to_json(tmp_path / "data.jsonl", orient="records", lines=True)
+    url, out = f"{server['url']}/v1", tmp_path / "labels.parquet"
+    argv = ["label", "--small", f"{url}#small", "--large", f"{url}#large", "--dataset", str(tmp_path / "data.jsonl"),
+            "--out", str(out), "--k-grid", "4", "--max-new-tokens", "6", "--min-new-tokens", "4",
+            "--max-reason-tokens", "40", "--min-reason-tokens", "24", "--no-progress"]
+    assert main(argv) == 0
+    df, meta = read_labels(out)
+    assert df["error"].isna().all() and len(df) == 3
+    assert (meta["models"]["large"]["server"], meta["models"]["large"]["model_id"]) == (url, "large")
+    assert meta["models"]["small"]["dtype"] is None and meta["remote_sides"] == ["small", "large"]
+    assert (df["latency_ms__escalate_4"] <= df["latency_ms__transfer_4"] + 1e-9).all()
+    assert main(["label", "--small", url, "--large", f"{url}#large", "--dataset", "x", "--out", str(tmp_path / "y")]) == 2
+
+
+def test_label_at_concurrency_over_http_gives_the_serial_labels(server, images, tmp_path, monkeypatch):
+    """`routedvlm label --concurrency 4` with both sides remote: several samples in flight on the server, the same
+    answers, correctness, tokens and features as one at a time; the metadata says the latencies are batched."""
+    import pandas as pd
+
+    from routedvlm.data.labels import read_labels
+    from routedvlm.training.cli import main
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    monkeypatch.setenv("ROUTEDVLM_REQUIRE_PREFIX_CACHE", "0")
+    rows = []
+    for i, (name, img) in enumerate(sorted(images.items()) * 2):
+        img.save(tmp_path / f"{name}.png")
+        rows.append({"id": f"{name}-{i}", "question": QUESTIONS[i % len(QUESTIONS)], "answer": "2", "image": f"{name}.png"})
+    pd.DataFrame(rows).to_json(tmp_path / "data.jsonl", orient="records", lines=True)
+    url, runs = f"{server['url']}/v1", {}
+    for n in (1, 4):
+        out = tmp_path / f"c{n}.parquet"
+        assert main(["label", "--small", f"{url}#small", "--large", f"{url}#large", "--dataset",
+                     str(tmp_path / "data.jsonl"), "--out", str(out), "--k-grid", "4", "--max-new-tokens", "6",
+                     "--min-new-tokens", "4", "--max-reason-tokens", "40", "--min-reason-tokens", "24", "--no-progress",
+                     "--concurrency", str(n), "--flush-every", "2"]) == 0
+        runs[n] = read_labels(out)
+    (one, meta1), (four, meta4) = runs[1], runs[4]
+    assert four["error"].isna().all() and len(four) == len(rows)
+    cols = [c for c in one.columns if c.startswith(("answer__", "correct__", "output_tokens__", "feat__"))]
+    pd.testing.assert_frame_equal(one.set_index("sample_id").sort_index()[cols],
+                                  four.set_index("sample_id").sort_index()[cols], check_exact=False, rtol=1e-6)
+    assert (meta1["latency_source"], meta1["requests_in_flight"]) == ("wall-clock", 1)
+    assert (meta4["latency_source"], meta4["requests_in_flight"], meta4["runner"]) == ("batched-wall-clock", 4, "threads")

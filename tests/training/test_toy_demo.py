@@ -156,3 +156,55 @@ def test_make_labels_cli_labels_a_toy_split_with_the_toy_settings(tmp_path, caps
     assert (tmp_path / "data" / "toy-eval-n3-seed0.parquet").is_file()
     with pytest.raises(ConfigError, match=r"^The `n` setting must be a positive number of samples\. Got 0 instead\.$"):
         make_labels.main(["--out", str(tmp_path / "x.parquet"), "--n", "0"])
+
+
+def _cost_profile(path, small_vision_ms=100.0, large_vision_ms=1000.0):
+    """A two-model profile.json with flat costs: vision per image, 1 ms per prefill token, 10 / 40 ms per decode step."""
+    def fits(vision, decode):
+        return {"vision": {"x": "image_tokens", "intercept": vision, "slope": 0.0},
+                "prefill": {"x": "tokens", "intercept": 0.0, "slope": 1.0},
+                "decode": {"x": "context_len", "intercept": decode, "slope": 0.0}}
+
+    models = {"shape-2b": {"parameters": 2, "fit": fits(small_vision_ms, 10.0), "reference": {"image_tokens": 64}},
+              "shape-8b": {"parameters": 8, "fit": fits(large_vision_ms, 40.0), "reference": {"image_tokens": 64}}}
+    path.write_text(json.dumps({"format_version": 1, "settings": {"output_tokens": [1, 4]}, "models": models}))
+    return path
+
+
+def test_demo_cost_profile_prices_labels_and_live_answers(tmp_path):
+    """--cost: labels and live records are priced by the profile (bigger model = large side), not the wall clock."""
+    from types import SimpleNamespace
+
+    from routedvlm.data.labels import read_labels
+    from routedvlm.data.toyworld.make_labels import label_dataset, write_split
+    from routedvlm.training.toy_demo import DemoConfig, cost_header, live_one, stage_cost
+
+    profile = _cost_profile(tmp_path / "profile.json")
+    cfg = DemoConfig(cost=str(profile), out=str(tmp_path / "out"))
+    stage_ms, meta = stage_cost(cfg)
+    assert meta["cost_models"] == {"small": "shape-2b", "large": "shape-8b"}
+    assert cost_header(cfg)["latency_source"].startswith("cost-model (simulated economics")
+    rec = {"stage": "large_direct", "model": "large", "vision_ms": 3.0, "prefill_ms": 9.0, "prefill_tokens": 20,
+           "cached_tokens": 0, "decode_ms": 5.0, "decode_tokens": 3}
+    assert stage_ms("large", rec) == pytest.approx(1000 + 20 + 2 * 40)  # first token from the prefill
+    out = SimpleNamespace(text="12", strategy="large_direct", fallback=False, overhead_ms=0.5, latency_ms=17.5,
+                          trace=[rec, {"stage": "decision", "features_ms": 0.2, "decision_ms": 0.3}])
+    routed = SimpleNamespace(generate=lambda image, question: out)
+    sample = SimpleNamespace(sample_id="s", images=[None], prompt="q", score=lambda answer: 1.0)
+    assert live_one(routed, sample)["latency_ms"] == 17.5  # wall clock by default
+    assert live_one(routed, sample, stage_ms)["latency_ms"] == pytest.approx(0.5 + 1100)
+
+    dataset = write_split("eval", 3, 0, tmp_path / "data")
+    label_dataset(dataset, tmp_path / "labels.parquet", progress=False, cost=profile)
+    df, labels_meta = read_labels(tmp_path / "labels.parquet")
+    assert labels_meta["latency_source"] == "cost-model" and labels_meta["cost_models"] == meta["cost_models"]
+    assert (df["latency_ms__large_direct"] >= 1000).all() and (df["latency_ms__small_direct"] < 1000).all()
+
+
+def test_demo_with_a_missing_cost_profile_fails_before_labelling(tmp_path):
+    from routedvlm.training.toy_demo import DemoConfig, run_toy_demo
+
+    cfg = DemoConfig(cost=str(tmp_path / "missing.json"), out=str(tmp_path / "out"), quick=True)
+    with pytest.raises(ConfigError, match=r"^The profile file .*missing\.json' does not exist"):
+        run_toy_demo(cfg)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,101 @@
+"""The remote counterpart of `stages.LargePrompt`: the large model's image+question prefix lives in the SERVER's cache.
+
+Prompts are questions (the server renders them). `answer` sends one request; after this sample's `large_direct`
+request, a request sharing its prefix must be reported as reusing some of it (`usage.prompt_tokens_details.
+cached_tokens` > 0), else `BackendError` says which server flag is missing (vLLM caches whole `--block-size`
+blocks only, so a prefix shorter than a block is never reused).
+
+`transfer` is what the labeller's `run_many` sends for `transfer_<K>` (one record per call it measures):
+- the two-stage call: the transfer prompt in a prefix-cache namespace of its own (vLLM `cache_salt`) that holds
+  only the `large_direct` prompt (sent there first with `max_tokens=1`, unrecorded: another K's transfer prompt
+  would share more blocks than the escalation after `large_direct` can), so the server reuses exactly the
+  image+question blocks an escalation reuses: record `large_transfer` (prefill = the uncached tokens); this is
+  what `latency_ms__escalate_<K>` counts;
+- the reused prefix as record `large_prefix` (`composed`): `prefill_tokens` = the tokens the server reused (and
+  `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
+  prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
+  `latency_ms__transfer_<K>` is the cold call's measured time, and a fitted cost model prices both from tokens.
+"""
+from __future__ import annotations
+
+from routedvlm.router.errors import BackendError, ModeUnavailableError
+
+from ..generation import Generation
+from ..stages import record
+
+
+class RemotePrompt:
+    """The image+question prefix of one request on the large model's server (see the module docstring)."""
+
+    def __init__(self, vlm, request, cfg):
+        self.vlm, self.request, self.cfg = vlm, request, cfg
+        self.direct_text = request.question
+        self.direct_record, self._namespaces = None, 0
+        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _empty(), remote=True)
+
+    def transfer_text(self, reasoning: str) -> str:
+        return self.vlm.prompts.transfer_question(self.request.question, reasoning)
+
+    def answer(self, text: str, stage: str, *, restore_rope: bool = True, salt: str | None = None):
+        """One request (`text` = the question or the transfer question): (generation, answer, record)."""
+        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, salt=salt)
+        if stage == "large_direct":
+            self.direct_record = rec
+        elif self.direct_record is not None and self.vlm.require_prefix_cache:
+            self._check_reuse(rec, stage)
+        return gen, ans, rec
+
+    def transfer(self, text: str):
+        """The two-stage transfer call and the record of the prefix it reused: (generation, answer, [prefix, call])."""
+        base, salt = self.request.__dict__.get("_measure"), None
+        if base is not None:
+            self._namespaces += 1
+            salt = f"{base}-k{self._namespaces}"
+            self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt, max_tokens=1)
+        gen, ans, rec = self.answer(text, "large_transfer", salt=salt)
+        cold_ms = None
+        if getattr(self.vlm, "measure_cold", True) and base is not None:
+            cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
+            cold_ms = _ms(cold_rec)
+            if cold_ans != ans:
+                rec["cold_answer"] = cold_ans
+        prefix = Generation([], [], float("nan"), [], 0.0, max((cold_ms or 0.0) - _ms(rec), 0.0), 0.0,
+                            int(rec["cached_tokens"]), 0)
+        extra = {"remote": True, "composed": True, "n_images": 1, "shared": True}
+        if rec.get("image_tokens"):
+            extra["image_tokens"] = rec["image_tokens"]
+        if cold_ms is not None:
+            extra["cold_ms"] = round(cold_ms, 3)
+        return gen, ans, [record("large_prefix", "large", self.vlm, "prefix", prefix, **extra), rec]
+
+    def _check_reuse(self, rec: dict, stage: str) -> None:
+        url, model = self.vlm.client.base_url, self.vlm.model_id
+        off = ("or pass require_prefix_cache=False to VLM.from_openai (environment: ROUTEDVLM_REQUIRE_PREFIX_CACHE=0) "
+               "to accept escalations without measured reuse.")
+        if rec.get("cache_report") is False:
+            raise BackendError(
+                f"The OpenAI-compatible server {url} reports no prompt-token details for the {stage} request of "
+                f"{model!r} (usage.prompt_tokens_details.cached_tokens), so the escalation's reuse of the cached "
+                f"prefix cannot be measured. Start vLLM with --enable-prompt-tokens-details (SGLang: "
+                f"--enable-cache-report), {off}")
+        if int(rec.get("cached_tokens") or 0) == 0:
+            prompt = int(self.direct_record["prefill_tokens"]) + int(self.direct_record["cached_tokens"])
+            raise BackendError(
+                f"The OpenAI-compatible server {url} reused none of the prefix that the {stage} request of {model!r} "
+                f"shares with this sample's large_direct request ({prompt} prompt tokens): its prefix cache is off, "
+                f"or its cache blocks are longer than the shared prefix. Start vLLM with --enable-prefix-caching and "
+                f"a --block-size below the shared prefix length (the CPU build accepts multiples of 32), {off}")
+
+    def attention_scores(self, reasoning: str):
+        raise ModeUnavailableError(
+            f"The attention selector needs the large model's attention weights, which {self.vlm.name!r} does not "
+            "expose over HTTP. Use selector='prefix' or 'suffix' with remote models."
+        )
+
+
+def _empty() -> Generation:
+    return Generation([], [], float("nan"), [], 0.0, 0.0, 0.0, 0, 0)
+
+
+def _ms(rec: dict) -> float:
+    return float(rec["vision_ms"]) + float(rec["prefill_ms"]) + float(rec["decode_ms"])

@@ -1,0 +1,122 @@
+"""`routedvlm label --ray` on a local Ray cluster (two workers, the tiny pair): labels equal to a serial run, a dead
+worker's samples redone, and --resume across Ray and plain runs."""
+import errno
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from label_world import kill, label, label_args, make_world, same_labels, start_label_process, wait_for_parts
+
+from routedvlm.router.errors import ConfigError, StorageError
+
+N = 8
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("ray"), N)
+
+
+@pytest.fixture(scope="module")
+def serial(world):
+    from routedvlm.data.labels import read_labels
+
+    out = world.root / "serial" / "labels.parquet"
+    assert label(*label_args(world, out)) == 0
+    return read_labels(out)[0]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster for the module (the runner joins an initialised Ray instead of starting its own)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _read(out):
+    from routedvlm.data.labels import read_labels
+
+    return read_labels(out)
+
+
+@pytest.mark.slow
+def test_two_workers_label_like_a_serial_run_and_a_dead_workers_samples_are_redone(world, serial, cluster, caplog):
+    from routedvlm.data.label_parts import PartStore
+
+    out = world.root / "two" / "labels.parquet"
+    result = {}
+    run = threading.Thread(target=lambda: result.update(rc=label(*label_args(world, out, "--ray", "--num-workers", "2"))))
+    with caplog.at_level(logging.INFO, logger="routedvlm"):
+        run.start()
+        pid, deadline = None, time.monotonic() + 300
+        while run.is_alive() and time.monotonic() < deadline and not (pid and PartStore(out).part_files()):
+            found = [re.search(r"Ray worker 0: PID (\d+)", r.getMessage()) for r in caplog.records]
+            pid = next((int(m.group(1)) for m in found if m), None)
+            time.sleep(0.05)
+        assert pid and run.is_alive(), "worker 0 must be up and the run still going"
+        os.kill(pid, signal.SIGKILL)  # a worker dies mid-run (as a node would)
+        run.join(timeout=600)
+    assert result["rc"] == 0
+    assert any("Ray worker 0 died" in r.getMessage() for r in caplog.records)
+    df, meta = _read(out)
+    assert sorted(df["sample_id"]) == world.ids  # none lost, none duplicated
+    same_labels(df, serial)
+    assert meta["runner"] == "ray" and meta["ray"]["num_workers"] == 2 and meta["latency_source"] == "wall-clock"
+
+
+@pytest.mark.slow
+def test_a_plain_run_resumes_on_ray_and_a_ray_run_resumes_plain(world, serial, cluster, monkeypatch, capsys):
+    """plain (killed) -> Ray --resume (ends on a full disk after two parts) -> plain --resume: one sample set."""
+    from routedvlm.data.label_parts import PartStore
+
+    out = world.root / "plain-ray" / "labels.parquet"
+    store = PartStore(out)
+    proc = start_label_process(world, out, "--flush-every", "1")
+    try:
+        wait_for_parts(store, proc)
+    finally:
+        kill(proc)
+    plain = len(store.done_ids())
+    assert 1 <= plain < N
+    real, count = os.open, {"n": 0}
+
+    def full_after_two_parts(path, flags, *args, **kwargs):  # the lock, two parts; then the disk is full
+        if str(path).startswith(str(out.parent)) and flags & os.O_CREAT:
+            count["n"] += 1
+            if count["n"] > 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", full_after_two_parts)
+    with pytest.raises(StorageError, match=r"^Cannot write .*No space left on device"):
+        label(*label_args(world, out, "--resume", "--ray", "--num-workers", "2"))
+    monkeypatch.undo()
+    both = len(PartStore(out).done_ids())
+    assert plain < both < N
+    assert label(*label_args(world, out, "--resume")) == 0
+    assert f"({N - both} labelled in this run" in capsys.readouterr().out
+    same_labels(_read(out)[0], serial)
+
+
+def test_without_ray_installed_the_flag_says_how_to_get_it(monkeypatch):
+    from routedvlm.data.label_ray import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ConfigError, match=r"^--ray needs Ray: `pip install 'routedvlm\[ray\]'`"):
+        import_ray()
+
+
+def test_label_help_imports_neither_torch_nor_ray():
+    code = ("import sys\nfrom routedvlm.training.cli import main\ntry:\n    main(['label', '--help'])\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "--ray-address" in out.stdout and out.stdout.strip().endswith("False False")

@@ -24,7 +24,7 @@ MERGE_EPILOG = "example: routedvlm label merge labels.parquet shard0.parquet sha
 FLAG_NAMES = {"dataset_config": "--config"}
 REQUIRED = ("small", "large", "dataset", "out")
 INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every",
-              "concurrency", "num_workers")
+              "concurrency", "num_workers", "threads")
 FLOAT_FIELDS = ("threshold", "gpus_per_worker")
 SWITCHES = ("resume", "ray")
 

@@ -42,6 +42,8 @@ class LabelConfig:
     resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
     device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
     dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads: 1 (default) keeps per-sample latencies stable "
+                                                      "on a shared CPU; 0 keeps torch's default (one per core)"})
     small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint (or served model: '<base_url>#<model "
                                                                        "id>', or a model id on the small side's server) "
                                                                        "serving the small side's reasoning mode"})
@@ -82,6 +84,8 @@ class LabelConfig:
         for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"The `threads` setting must be an integer >= 0. Got {self.threads!r} instead.")
         self._check_scale()
         if self.limit is not None and int(self.limit) < 0:
             raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")

@@ -169,11 +169,19 @@ def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
     return VLM.from_pretrained(spec, device, dtype, reasoner=reasoner)
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def load_pipeline(cfg: LabelConfig):
     """(CollaborativePipeline with both models loaded, resolved device)."""
     from ..inference import CollaborativePipeline
     from ..inference.backends.remote import is_remote
+    from ..inference.vlm import set_threads
 
+    set_threads(cfg.threads)
     device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
     small = load_side(cfg.small, cfg.small_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
     large = load_side(cfg.large, cfg.large_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
@@ -208,6 +216,7 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
         **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
+        "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
         "run_settings": cfg.settings(),
     }

@@ -104,6 +104,8 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     import torch
     from transformers import DynamicCache, LogitsProcessorList
 
+    from .streaming import current_streamer
+
     cached = 0 if cache is None else cache.get_seq_length()
     if cache is None:
         cache = DynamicCache(config=model.config.get_text_config())
@@ -116,6 +118,9 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
         inputs = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}
     rec = _StepRecorder(_sync_fn(model))
     extra = {"mm_encoder_outputs": mm} if mm is not None else {}
+    streamer = current_streamer()  # set only for a streamed request's final answer (streaming.py)
+    if streamer is not None:
+        extra["streamer"] = streamer
     if eos_token_id is not None:
         extra["eos_token_id"] = eos_token_id
     n_in = inputs["input_ids"].shape[1]

@@ -7,15 +7,15 @@ strategies for one sample sharing work through per-model prompt caches (shared_r
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
-from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.router.errors import InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
 
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import PipelineConfig, Result
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
 from .stages import LargePrompt, answer_prompt, finish_answer, large_prompt, run_direct, run_reasoning
+from .streaming import answer_segment
 
 logger = logging.getLogger(__name__)
 __all__ = ["CollaborativePipeline", "PipelineConfig", "Result"]
@@ -58,14 +58,16 @@ class CollaborativePipeline:
 
     def _run_req(self, req, strat) -> Result:
         cfg = self.config
-        if strat.id in ("small_direct",):
-            gen, ans, rec = run_direct(self.small, "small", req, cfg)
+        if strat.id == "small_direct":
+            with answer_segment(self.small):
+                gen, ans, rec = run_direct(self.small, "small", req, cfg)
             return Result(ans, strat.id, None, None, [rec], gen)
         if strat.id == LARGE_DIRECT:
             return self._large_direct(req, large_prompt(self.large, req, cfg))
         if strat.id in ("small_reason", "large_reason"):
             side = self.small if strat.id == "small_reason" else self.large
-            rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
+            with answer_segment(side.reasoning_side(), "reason"):
+                rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
             res = Result(rr.answer, strat.id, None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
                          reasoning_generation=rr.gen)
             res._reasoning_run = rr if strat.id == "small_reason" else None
@@ -75,7 +77,8 @@ class CollaborativePipeline:
         return self._transfer(req, strat.keep_tokens, rr, lp, stage="large_transfer", base_trace=[])
 
     def _large_direct(self, req, lp: LargePrompt) -> Result:
-        gen, ans, rec = lp.answer(lp.direct_text, LARGE_DIRECT)
+        with answer_segment(self.large):
+            gen, ans, rec = lp.answer(lp.direct_text, LARGE_DIRECT)
         res = Result(ans, LARGE_DIRECT, None, None, [dict(lp.prefix_record), rec], gen)
         res._large = lp
         return res
@@ -98,13 +101,13 @@ class CollaborativePipeline:
     def _transfer(self, req, k, rr, lp, *, stage, base_trace, small_records=None) -> Result:
         kept, n_kept, sel_records = self._select(rr, k, lp)
         small_records = list(rr.records) if small_records is None else small_records
-        if lp is None:  # one-stage, cold: the large model encodes image + question + kept tokens at once
-            question = self.large.prompts.transfer_question(req.question, kept)
-            gen, ans, rec = answer_prompt(self.large, req, question, stage, self.config)
-            pre = []
-        else:
-            gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
-            pre = [] if base_trace else [dict(lp.prefix_record)]
+        with answer_segment(self.large):
+            if lp is None:  # one-stage, cold: the large model encodes image + question + kept tokens at once
+                question = self.large.prompts.transfer_question(req.question, kept)
+                gen, ans, rec = answer_prompt(self.large, req, question, stage, self.config)
+            else:
+                gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
+        pre = [] if lp is None or base_trace else [dict(lp.prefix_record)]
         rec["keep_tokens"] = n_kept
         trace = [*base_trace, *small_records, *pre, *sel_records, rec]
         res = Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,

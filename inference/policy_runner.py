@@ -3,20 +3,24 @@
 cascade: `large_direct` first (and `small_direct` beside it when a feature needs it), then the decision,
 then accept one of those answers, escalate with the large model's prefix cache reused (`pipeline.escalate`),
 or run another strategy. one-shot: prompt features, decision, the chosen strategy alone.
-A router that raises at decision time never fails the request: the fallback router decides instead.
+A router that raises at decision time never fails the request: the fallback router decides instead, and the
+router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once).
+`run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route as soon as it is decided,
+and streams the final answer into an `AnswerSink` as it decodes.
 """
 from __future__ import annotations
 
-import logging
+import contextlib
 import time
 from dataclasses import dataclass, field
 
 from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy
 
+from . import final_answer, streaming
 from .features import compute_features
 from .pipeline_parts import Result, parallel
+from .router_health import RouterHealth
 
-logger = logging.getLogger(__name__)
 _TIME_KEYS = ("vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens")
 
 
@@ -28,7 +32,9 @@ class RoutedOutput:
     `transfer_<K>` (None otherwise, also for `transfer_all`); p_correct: the router's P(correct) per
     candidate; trace: the stage records that ran (see `stages.record`) plus one `stage: "decision"` record
     (router type, mode, features, `features_ms`, `decision_ms`, `fallback`, `error`); fallback: whether the
-    fallback router decided; result: the pipeline's `Result` of the chosen strategy.
+    fallback router decided; result: the pipeline's `Result` of the chosen strategy; finish_reason: "length"
+    when `max_tokens` (or the pipeline's limit) cut the answer, else "stop"; usage: the OpenAI usage of the final
+    answer call (see final_answer.py).
     """
 
     text: str
@@ -38,6 +44,8 @@ class RoutedOutput:
     trace: list
     fallback: bool = False
     result: Result | None = field(default=None, repr=False)
+    finish_reason: str = "stop"
+    usage: dict = field(default_factory=dict)
 
     @property
     def decision(self) -> dict:
@@ -55,15 +63,18 @@ class RoutedOutput:
 
     def to_dict(self) -> dict:
         return {"text": self.text, "strategy": self.strategy, "keep_tokens": self.keep_tokens,
-                "p_correct": dict(self.p_correct), "fallback": self.fallback, "trace": [dict(r) for r in self.trace]}
+                "p_correct": dict(self.p_correct), "fallback": self.fallback, "finish_reason": self.finish_reason,
+                "usage": dict(self.usage), "trace": [dict(r) for r in self.trace]}
 
 
 class PolicyRunner:
     """Executes `router`'s policy with `pipeline`; `fallback` decides when `router` is None or raises."""
 
-    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None):
+    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None, health: RouterHealth | None = None):
         self.pipeline, self.router, self.fallback = pipeline, router, fallback
         self.router_error = router_error
+        name = router.policy.router_type if router is not None else "(not loaded)"
+        self.health = health or RouterHealth(name, load_error=router_error if router is None else None)
 
     # ---- stages ----
     @staticmethod
@@ -82,34 +93,40 @@ class PolicyRunner:
     # ---- decision ----
     def _decide(self, router, req, ran):
         t0 = time.perf_counter()
-        feats = compute_features(req.question, [req.image], {n: ran[n] for n in ran}, names=router.policy.features)
+        images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
+        feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.features)
         t1 = time.perf_counter()
         hook = getattr(router, "runtime_inputs", None)  # a router that reads the sample itself (the LoRA probe)
         decision = router.decide({**feats, **hook(req, ran, self.pipeline)} if hook else feats)
         t2 = time.perf_counter()
         return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
-    def run(self, req) -> RoutedOutput:
+    def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None) -> RoutedOutput:
+        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback): called once
+        the route is decided, before the final answer runs; sink: an `AnswerSink` the final answer streams into."""
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
             self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
                 decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+                self.health.success()
             except Exception as exc:  # a router must never fail the request
-                error = f"{type(exc).__name__}: {exc}"
-                logger.warning("router %s failed at decision time (%s); the fallback policy answers",
-                               router.policy.router_type, error)
+                error = self.health.failure(exc)
                 router, used_fallback = None, True
         if router is None:
             router = self.fallback
             self._run_stages(req, self.stages_for(router), ran)
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
-        result = self._execute(req, decision.strategy, ran)
+        if on_decision is not None:
+            on_decision(decision, used_fallback)
+        with streaming.active(sink) if sink is not None else contextlib.nullcontext():
+            result = self._execute(req, decision.strategy, ran)
+        text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
         record.update(router.trace_info() if hasattr(router, "trace_info") else {})  # probe_shared_prefill, probe_ms
-        return RoutedOutput(result.answer, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
-                            _trace(ran, result, record), used_fallback, result)
+        return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
+                            _trace(ran, result, record), used_fallback, result, finish, usage)
 
     def _execute(self, req, strategy: str, ran: dict) -> Result:
         """The chosen strategy's Result, reusing the stages that already ran."""

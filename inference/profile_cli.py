@@ -49,7 +49,7 @@ def _size_list(text: str) -> list:
 
 
 DEFAULTS = {"image_sizes": [224, 448, 896], "prompt_tokens": [32, 256, 1024], "output_tokens": [1, 16, 64, 256, 1024],
-            "repeats": 3, "device": "cpu", "dtype": None}
+            "repeats": 3, "device": "auto", "dtype": None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=_int_list("--output-tokens"), default=None, metavar="N,...",
                    help="output lengths; decode runs to the largest (default 1,16,64,256,1024)")
     p.add_argument("--repeats", type=int, default=None, help="measurements per grid point (default 3)")
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--device", default=None, help="torch device: auto (cuda when available, else cpu), cpu, cuda, "
+                   "cuda:1 ... (default auto)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads: 1 (default) gives stable latencies on a "
+                   "shared CPU; 0 keeps torch's default (one per core); recorded in profile.json")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
     p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
@@ -157,7 +160,12 @@ def _progress_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
+    if args.threads < 0:
+        raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {args.threads!r} instead.")
     from .profiler import ProfileSettings, run_profile
+    from .vlm import set_threads
+
+    set_threads(args.threads)
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,

@@ -35,7 +35,7 @@ class ProfileSettings:
     output_tokens: list = dataclasses.field(default_factory=lambda: [1, 16, 64, 256, 1024],
                                             metadata={"help": "output lengths reported end to end; decode runs to the max"})
     repeats: int = dataclasses.field(default=3, metadata={"help": "measurements per grid point"})
-    device: str = dataclasses.field(default="cpu", metadata={"help": "torch device, e.g. cpu, cuda, cuda:1"})
+    device: str = dataclasses.field(default="auto", metadata={"help": "torch device: auto (cuda when present), cpu, cuda:1"})
     dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images (and of a shape's weights)"})
     warmup: bool = dataclasses.field(default=True, metadata={"help": "one unrecorded call per image size first"})
@@ -54,6 +54,10 @@ class ProfileSettings:
                               f"Got {self.output_tokens!r} instead.")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats <= 0:
             raise ConfigError(f"The `repeats` setting must be a positive integer. Got {self.repeats!r} instead.")
+        if self.device == "auto":
+            from .vlm import resolve_device
+
+            self.device = resolve_device(self.device)
 
     @property
     def reference(self) -> tuple[int, int]:

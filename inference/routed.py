@@ -2,7 +2,8 @@
 
 The router comes from a folder, an MLflow `models:/name@alias` URI, `"mutual-verification"`, a strategy
 id, or a loaded `Router`. A router that fails to load or raises never fails a request: the fallback
-policy (default mutual verification) answers, a warning is logged and the trace's decision record says so.
+policy (default mutual verification) answers, the cause is logged once, the trace's decision record says so,
+and `health()` reports a router that failed to load or fails on every decision.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 from .inputs import make_request
 from .pipeline_parts import PipelineConfig
 from .policy_runner import PolicyRunner, RoutedOutput
+from .streaming import RoutedStream
 
 logger = logging.getLogger(__name__)
 DEFAULT_ROUTER = f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}"
@@ -44,8 +46,9 @@ def _load_fallback(fallback):
 class RoutedVLM:
     """A CollaborativePipeline run under a router.
 
-    `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`;
-    lists of inputs return a list (processed one after another: both models are shared, so requests are
+    `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`
+    (`image=None`, or messages without an image part, is a text-only chat); `stream(...)` yields the answer's
+    text as it decodes (a `RoutedStream`); lists of inputs return a list (processed one after another: both models are shared, so requests are
     serialised by a lock; a server may call one RoutedVLM from many threads; when both sides are remote
     (`VLM.from_openai`) there is no lock and requests run concurrently).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`.
@@ -81,10 +84,9 @@ class RoutedVLM:
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
         kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
-        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, `dtype`, ...).
+        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
         """
         from .pipeline import CollaborativePipeline
-        from .vlm import VLM
 
         names = {f.name for f in fields(PipelineConfig)}
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
@@ -99,18 +101,37 @@ class RoutedVLM:
         """The router that decides requests: the loaded one, or the fallback when it failed to load."""
         return self.router if self.router is not None else self.fallback
 
-    def generate(self, image=None, question=None, *, messages=None):
-        """Answer one request, or a list of requests (lists of images + questions, or a list of message lists)."""
+    def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None):
+        """Answer one request, or a list of requests (lists of images + questions, or a list of message lists).
+
+        messages: chat messages whose last user turn holds the question and at most one image part, as
+        transformers writes them (`{"type": "image", "image": PIL | path}`, `{"type": "image", "url": ...}`) or
+        as OpenAI does (`{"type": "image_url", "image_url": {"url": "data:..." | path}}`).
+        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts)."""
+        _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self._one(**kw) for kw in _split_batch(image, question, messages)]
-        return self._one(image=image, question=question, messages=messages)
+            return [self._run(make_request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+        return self._run(make_request(image, question, messages), max_tokens=max_tokens)
 
     __call__ = generate
 
-    def _one(self, image=None, question=None, messages=None) -> RoutedOutput:
-        req = make_request(image, question, messages)
+    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None) -> RoutedStream:
+        """One request whose final answer streams as it decodes: `for delta in vlm.stream(...)`, then `.output`.
+
+        The route is decided before the first answer token; an answer the cascade accepted (already decoded
+        before the decision) arrives as one delta. Inputs as for `generate` (one request, not a batch)."""
+        _check_max_tokens(max_tokens)
+        return RoutedStream(self, make_request(image, question, messages), max_tokens)
+
+    def _run(self, req, **kwargs) -> RoutedOutput:
         with self.lock:
-            return self.runner.run(req)
+            return self.runner.run(req, **kwargs)
+
+    def health(self) -> dict:
+        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts."""
+        router = self.active_router
+        return {"router_type": router.policy.router_type, "mode": router.policy.mode,
+                "router_fallback": self.router is None, **self.runner.health.snapshot()}
 
     def __repr__(self) -> str:
         return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
@@ -128,6 +149,11 @@ def _load_side(side, kwargs: dict):
     if is_remote(text):
         return connect(text)
     return VLM.from_pretrained(text, **kwargs)
+
+
+def _check_max_tokens(max_tokens) -> None:
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0):
+        raise InputError(f"The `max_tokens` parameter must be a positive integer or None. Got {max_tokens!r} instead.")
 
 
 def _is_batch(messages) -> bool:

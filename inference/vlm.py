@@ -21,6 +21,27 @@ STYLES = ("always", "auto", "hybrid", "never")
 _PROBE = [{"role": "user", "content": "hi"}]
 
 
+def resolve_device(device) -> str:
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu'; any other device name as given."""
+    if device is None or str(device) == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op thread count (`threads` > 0; 0 or None keeps torch's default); returns the count in use.
+
+    One thread per process gives stable per-request latencies on a shared CPU (torch's default, one per core,
+    makes concurrent processes contend); raise it on a dedicated machine."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
 def _dtype(dtype):
     import torch
 
@@ -50,11 +71,12 @@ class VLM:
         self.think_close_id = self._single_id(THINK_CLOSE)
 
     @classmethod
-    def from_pretrained(cls, name_or_path, device: str = "cpu", dtype=None, *, reasoner=None, thinking: str = "auto",
+    def from_pretrained(cls, name_or_path, device: str = "auto", dtype=None, *, reasoner=None, thinking: str = "auto",
                         prompts: PromptConfig | None = None, reason_prompt: bool = True,
                         attn_implementation: str | None = None) -> "VLM":
         """Load a checkpoint folder (or cached hub id) through `AutoModelForImageTextToText` + its processor.
 
+        device: "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:1", ...
         reasoner: a second checkpoint (path or VLM) that serves the reasoning mode (e.g. the -Thinking
         sibling of an -Instruct model). thinking: "auto" (read from the chat template), "hybrid", "always"
         or "never". reason_prompt: whether a side without a thinking mode may reason from a prompt; if
@@ -64,7 +86,7 @@ class VLM:
 
         from .processors import load_processor
 
-        path = str(name_or_path)
+        path, device = str(name_or_path), resolve_device(device)
         if not pathlib.Path(path).exists() and path.count("/") != 1:
             raise ModelLoadError(f"The checkpoint {path!r} is neither an existing folder nor a hub id 'org/name'.")
         try:
@@ -148,8 +170,8 @@ class VLM:
 
     # ----- encoding and parsing ----------------------------------------------------------------------------
     def encode(self, image, text: str) -> dict:
-        """Processor output (tensors on the model's device) for a rendered prompt and its image."""
-        batch = self.processor(text=[text], images=[image], return_tensors="pt")
+        """Processor output (tensors on the model's device) for a rendered prompt and its image (None: text only)."""
+        batch = self.processor(text=[text], images=None if image is None else [image], return_tensors="pt")
         dtype = self.model.dtype
         return {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if hasattr(v, "to") else v
                 for k, v in dict(batch).items()}

@@ -88,7 +88,7 @@ def image_data_url(image) -> str:
 def openai_messages(request, hf_messages: list) -> list:
     """HF chat messages (image placeholders) -> OpenAI messages with the request's image as a data URL."""
     url = request.__dict__.get("_data_url")
-    if url is None:
+    if url is None and request.image is not None:  # a text-only chat has no image
         url = request.__dict__["_data_url"] = image_data_url(request.image)
     out = []
     for msg in hf_messages:

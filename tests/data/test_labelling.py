@@ -70,6 +70,7 @@ def test_end_to_end_output_follows_the_schema(full_run):
     assert meta["execution_mode"] == "one-stage+two-stage" and meta["scorers"] == {"bars": "exact_match"}
     assert meta["models"]["small"]["revision"].startswith("sha256:") and meta["models"]["large"]["dtype"] == "float32"
     assert meta["models"]["small"]["modes"]["reason"]["mode"] == "think" and meta["prompts"]["answer_marker"]
+    assert meta["torch_threads"] == 1 == meta["run_settings"]["threads"]  # --threads default: stable latencies
     ok = df[df["error"].isna()]
     for k in ("2", "4", "all"):  # the two-stage increment skips the large prefix the standalone transfer pays
         assert (ok[f"latency_ms__escalate_{k}"] < ok[f"latency_ms__transfer_{k}"]).all()

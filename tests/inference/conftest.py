@@ -55,7 +55,8 @@ def make_pipeline():
     return make
 
 
-_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench", "test_shared_run")
+_ONE_THREAD_MODULES = ("test_tiny_loading", "test_modes", "test_pipeline", "test_demo_bench", "test_shared_run",
+                       "test_streaming", "test_inputs")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -70,3 +71,26 @@ def _one_torch_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def served(tiny_pair, tmp_path_factory):
+    """One `routedvlm serve` subprocess for the session: the tiny pair, a one-shot LightGBM router, an API key,
+    one torch thread; {"url", "router", "pid"}."""
+    from routed_helpers import save_prompt_router
+    from serve_helpers import KEY, LIMIT_FLAGS, PIPE_FLAGS, serve_process
+
+    root = tmp_path_factory.mktemp("serve")
+    folder = save_prompt_router(root / "router")
+    args = ["--small", tiny_pair[0].name, "--large", tiny_pair[1].name, "--router", str(folder), "--api-key", KEY,
+            "--log-level", "warning", "--threads", "1", *PIPE_FLAGS, *LIMIT_FLAGS]
+    with serve_process(args, root / "server.log") as (url, proc):
+        yield {"url": url, "router": folder, "pid": proc.pid, "log": root / "server.log"}
+
+
+@pytest.fixture(scope="session")
+def served_local(tiny_pair, make_pipeline, served):
+    """The served policy run in this process: what every served request must match."""
+    from routedvlm.inference.routed import RoutedVLM
+
+    return RoutedVLM(make_pipeline(*tiny_pair), str(served["router"]))

@@ -67,12 +67,13 @@ def test_serve_starts_and_answers_with_a_router_that_crashes_lightgbm(tiny_pair,
             deadline = time.monotonic() + 180
             while True:
                 assert proc.poll() is None, f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}"
-                try:
-                    httpx.get(f"{url}/health", timeout=5)
-                    break
+                try:  # serve listens at once and loads in the background: /ready is 200 once loaded
+                    if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                        break
                 except httpx.TransportError:
-                    assert time.monotonic() < deadline, "server did not start within 180 s"
-                    time.sleep(0.25)
+                    pass
+                assert time.monotonic() < deadline, "server did not start within 180 s"
+                time.sleep(0.25)
             r = httpx.post(f"{url}/v1/chat/completions", timeout=120,
                            json={"model": "routedvlm", "messages": _user(images["wide"], "Color?")})
         finally:

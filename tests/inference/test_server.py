@@ -1,75 +1,20 @@
-"""routedvlm serve: the official openai client against a server subprocess on loopback; routes, limits, API key,
-20 concurrent requests; the OpenAI backend (remote small and large models) against the same server."""
-import base64
-import io
+"""routedvlm serve: the official openai client against a server subprocess on loopback (non-streaming); routes,
+honest usage, probes without the key, limits and OpenAI-shaped errors; the OpenAI backend (remote small and
+large models) against the same server. Streaming, metrics and health: test_server_stream.py; load: test_server_load.py."""
 import json
-import socket
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from routed_helpers import expected_route, save_prompt_router
+from serve_helpers import KEY, QUESTIONS, bomb_png, data_url, free_port, image_part, post, user
 
-KEY = "test-key"
-PIPE_FLAGS = ["--min-new-tokens", "4", "--max-direct-tokens", "6", "--max-reason-tokens", "40", "--min-reason-tokens", "24"]
-LIMIT_FLAGS = ["--max-images", "1", "--max-image-pixels", "20000", "--max-text-chars", "500"]
-QUESTIONS = ["Color?", "Which bar is tallest?", "How many red boxes are in this picture?",
-             "Count the boxes, then say how many are blue and how many are green.", "Is it red?"]
-
-
-def data_url(image) -> str:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def user(image, text, n_images=1):
-    parts = [{"type": "image_url", "image_url": {"url": data_url(image)}}] * n_images
-    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port
 
 
 @pytest.fixture(scope="module")
-def server(tiny_pair, tmp_path_factory):
-    """`routedvlm serve` in a subprocess on 127.0.0.1 with the session's tiny pair and a one-shot LightGBM router."""
-    import httpx
-
-    root = tmp_path_factory.mktemp("serve")
-    folder = save_prompt_router(root / "router")
-    port, log = _free_port(), open(root / "server.log", "w")
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", tiny_pair[0].name, "--large",
-           tiny_pair[1].name, "--router", str(folder), "--port", str(port), "--api-key", KEY, "--log-level", "warning",
-           *PIPE_FLAGS, *LIMIT_FLAGS]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("server did not start within 180 s")
-            time.sleep(0.25)
-        yield {"url": url, "router": folder}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+def server(served):
+    return served
 
 
 @pytest.fixture(scope="module")
@@ -80,19 +25,12 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def local(tiny_pair, make_pipeline, server):
-    """The same policy run in this process: what every served request must match."""
-    from routedvlm.inference.routed import RoutedVLM
-
-    return RoutedVLM(make_pipeline(*tiny_pair), str(server["router"]))
+def local(served_local):
+    return served_local
 
 
 def _post(server, body, key=KEY, raw=None):
-    import httpx
-
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.post(f"{server['url']}/v1/chat/completions", json=body if raw is None else None, content=raw,
-                      headers=headers, timeout=120)
+    return post(server["url"], body, key=key, raw=raw)
 
 
 def test_openai_client_gets_the_route_in_headers_and_body(client, local, images):
@@ -106,15 +44,67 @@ def test_openai_client_gets_the_route_in_headers_and_body(client, local, images)
     info = resp.model_extra["routedvlm"]
     assert info["p_correct"] == pytest.approx(ref.p_correct) and info["fallback"] is False
     assert [r["stage"] for r in info["trace"]] == [r["stage"] for r in ref.trace]
-    assert resp.usage.completion_tokens == sum(r["decode_tokens"] for r in ref.trace if r["model"])
+    assert resp.usage.model_dump(exclude_none=True) == ref.usage
 
 
-def test_models_and_health(client, server):
+@pytest.mark.parametrize("q", QUESTIONS[:4])
+def test_usage_counts_the_final_answer_call_once(client, local, images, q):
+    """prompt_tokens = the prompt the answer was decoded from (its reused prefix counted once, as cached_tokens);
+    completion_tokens = that answer's tokens; not the sum over every stage."""
+    resp = client.chat.completions.create(model="routedvlm", messages=user(images["wide"], q))
+    trace = resp.model_extra["routedvlm"]["trace"]
+    last = trace[-1]
+    assert resp.usage.prompt_tokens == last["prefill_tokens"] + last["cached_tokens"]
+    assert resp.usage.prompt_tokens_details.cached_tokens == last["cached_tokens"]
+    assert resp.usage.completion_tokens == last["decode_tokens"] == local(image=images["wide"], question=q).usage["completion_tokens"]
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+@pytest.mark.parametrize("q", QUESTIONS[:3])
+def test_max_tokens_caps_the_routed_answer(client, local, images, q):
+    resp = client.chat.completions.create(model="routedvlm", messages=user(images["square"], q), max_tokens=1)
+    ref = local(image=images["square"], question=q, max_tokens=1)
+    assert resp.usage.completion_tokens == 1 and resp.choices[0].finish_reason == "length"
+    assert resp.choices[0].message.content == ref.text and ref.finish_reason == "length"
+
+
+def test_text_only_chats_are_routed(client, local):
+    """No image: routed like any other chat; the image features say there is no image."""
+    for q in QUESTIONS[:3]:
+        raw = client.chat.completions.with_raw_response.create(model="routedvlm", messages=[{"role": "user", "content": q}])
+        resp, ref = raw.parse(), local(question=q)
+        assert raw.headers["x-routedvlm-strategy"] == ref.strategy == expected_route(q)
+        assert resp.choices[0].message.content == ref.text
+        decision = next(r for r in resp.model_extra["routedvlm"]["trace"] if r["stage"] == "decision")
+        assert decision["features"]["feat__prompt__question_chars"] == len(q)
+
+
+def test_multi_turn_chats_keep_working(client, local, images):
+    from openai import BadRequestError
+
+    turns = [{"role": "system", "content": "Answer briefly."}, *user(images["tall"], "Color?"),
+             {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "How many boxes?"}]
+    with pytest.raises(BadRequestError, match="Only the last user message may hold an image"):
+        client.chat.completions.create(model="routedvlm", messages=turns)
+    turns[1], turns[3] = {"role": "user", "content": "Color?"}, user(images["tall"], "How many boxes?")[0]
+    resp = client.chat.completions.create(model="routedvlm", messages=turns)
+    ref = local.generate(messages=[{"role": m["role"], "content": m["content"]} for m in turns])
+    assert resp.choices[0].message.content == ref.text
+
+
+def test_models_need_the_key_but_probes_do_not(client, server):
     import httpx
 
     assert [m.id for m in client.models.list()] == ["routedvlm", "small", "large"]
-    health = httpx.get(f"{server['url']}/health", headers={"Authorization": f"Bearer {KEY}"}).json()
-    assert health == {"status": "ok", "router_type": "lightgbm", "mode": "one-shot", "router_fallback": False, "router_error": None}
+    assert httpx.get(f"{server['url']}/v1/models").status_code == 401
+    health = httpx.get(f"{server['url']}/health")
+    assert health.status_code == 200
+    assert {k: health.json()[k] for k in ("status", "ready", "router_type", "mode", "router_fallback", "router_healthy",
+                                          "router_error")} == {
+        "status": "ok", "ready": True, "router_type": "lightgbm", "mode": "one-shot", "router_fallback": False,
+        "router_healthy": True, "router_error": None}
+    assert httpx.get(f"{server['url']}/ready").json() == {"ready": True}
+    assert httpx.get(f"{server['url']}/metrics").status_code == 200
 
 
 @pytest.mark.parametrize("key", [None, "wrong"])
@@ -129,6 +119,10 @@ def test_api_key_is_enforced(server, images, key):
         OpenAI(base_url=f"{server['url']}/v1", api_key=key or "x", max_retries=0).models.list()
 
 
+def _tiff_url(im):
+    return data_url(im, "TIFF", "image/tiff")
+
+
 BAD = {
     "too_many_images": (lambda im: {"model": "routedvlm", "messages": user(im, "Color?", n_images=2)}, 400, "messages"),
     "image_too_large": (lambda im: {"model": "routedvlm", "messages": user(im.resize((200, 200)), "Color?")}, 400, "messages[0].content[0]"),
@@ -137,14 +131,15 @@ BAD = {
     "invalid_content": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [{"type": "audio"}]}]},
                         400, "messages[0].content[0]"),
     "missing_messages": (lambda im: {"model": "routedvlm"}, 400, "messages"),
-    "unsupported_parameter": (lambda im: {"model": "routedvlm", "messages": user(im, "Color?"), "stream": True}, 400, "stream"),
-    "invalid_image_url": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/cat.png"}}, {"type": "text", "text": "Color?"}]}]},
-        400, "messages[0].content[0]"),
-    "invalid_image": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}, {"type": "text", "text": "Q?"}]}]},
-        400, "messages[0].content[0]"),
-    "invalid_input": (lambda im: {"model": "routedvlm", "messages": [{"role": "user", "content": "no image here"}]}, 400, "messages"),
+    "unsupported_parameter": (lambda im: {"model": "routedvlm", "messages": user(im, "Color?"), "temperature": 1.5}, 400, "temperature"),
+    "invalid_image_url": (lambda im: {"model": "routedvlm", "messages": [image_part("http://127.0.0.1:9/cat.png")]},
+                          400, "messages[0].content[0]"),
+    "invalid_image": (lambda im: {"model": "routedvlm", "messages": [image_part("data:image/png;base64,aGVsbG8=")]},
+                      400, "messages[0].content[0]"),
+    "unsupported_media_type": (lambda im: {"model": "routedvlm", "messages": [image_part(_tiff_url(im))]},
+                               400, "messages[0].content[0]"),
+    "invalid_input": (lambda im: {"model": "routedvlm", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages"),
+    "context_length_exceeded": (lambda im: {"model": "small", "messages": user(im, "Color?"), "max_tokens": 4096}, 400, "max_tokens"),
 }
 
 
@@ -158,31 +153,49 @@ def test_bad_requests_get_openai_shaped_4xx_errors(server, images, code):
     assert (err["code"], err["param"]) == (code, param) and err["message"]
 
 
+@pytest.mark.parametrize("param, value", [("temperature", 1.5), ("top_p", 0.9), ("top_k", 5), ("stop", ["\n"]),
+                                          ("presence_penalty", 0.5), ("n", 2), ("logit_bias", {"1": 5}),
+                                          ("response_format", {"type": "json_object"})])
+def test_sampling_parameters_are_refused_not_ignored(client, images, param, value):
+    from openai import BadRequestError
+
+    with pytest.raises(BadRequestError, match=rf"`{param}` = .* is not supported: routedvlm decodes greedily") as info:
+        extra = {"extra_body": {param: value}} if param == "top_k" else {param: value}  # top_k is a vLLM extension
+        client.chat.completions.create(model="routedvlm", messages=user(images["square"], "Color?"), **extra)
+    assert info.value.body["param"] == param
+
+
+def test_greedy_values_of_sampling_parameters_are_accepted(client, local, images):
+    resp = client.chat.completions.create(model="routedvlm", messages=user(images["square"], "Color?"), temperature=0,
+                                          top_p=1, n=1, seed=7, presence_penalty=0, stop=[])
+    assert resp.choices[0].message.content == local(image=images["square"], question="Color?").text
+
+
+@pytest.mark.parametrize("extra", [{"logprobs": True}, {"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}},
+                                   {"extra_body": {"min_tokens": 3}}])
+def test_plain_model_parameters_are_refused_by_the_routed_model(client, images, extra):
+    from openai import BadRequestError
+
+    with pytest.raises(BadRequestError, match=r"is (supported by the plain models|not taken by the routed model)"):
+        client.chat.completions.create(model="routedvlm", messages=user(images["square"], "Color?"), **extra)
+
+
+def test_decompression_bomb_is_a_400_not_a_500(server):
+    url = "data:image/png;base64," + __import__("base64").b64encode(bomb_png()).decode()
+    r = _post(server, {"model": "routedvlm", "messages": [image_part(url)]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "image_too_large", r.text
+
+
+def test_body_over_the_limit_is_a_413_before_it_is_read(server):
+    r = _post(server, None, raw=b'{"model": "routedvlm", "messages": "' + b"x" * 1_100_000 + b'"}')
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    chunked = _post(server, None, raw=iter([b'{"model": "routedvlm", "pad": "', b"x" * 600_000, b"x" * 600_000, b'"}']))
+    assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
+
+
 def test_body_that_is_not_json_is_a_400(server):
     r = _post(server, None, raw=b"{oops")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
-
-
-@pytest.mark.slow
-def test_twenty_concurrent_requests_each_get_their_own_route(server, local, images):
-    """19 valid requests + 1 malformed one, 8 client threads: all answered; routes and answers match the policy
-    run locally request by request; the malformed one gets a 400 and disturbs nothing."""
-    jobs = [(images[name], QUESTIONS[i % len(QUESTIONS)]) for i, name in
-            enumerate(["square", "wide", "tall", "square"] * 5)][:19]
-    bodies = [{"model": "routedvlm", "messages": user(im, q)} for im, q in jobs]
-    bodies.insert(7, {"model": "routedvlm", "messages": [{"role": "user", "content": 42}]})
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [pool.submit(_post, server, b) for b in bodies]
-        responses = [f.result(timeout=300) for f in futures]
-    bad = responses.pop(7)
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_content"
-    for (im, q), r in zip(jobs, responses):
-        assert r.status_code == 200, r.text
-        ref = local(image=im, question=q)
-        assert r.headers["x-routedvlm-strategy"] == ref.strategy == expected_route(q)
-        assert r.json()["choices"][0]["message"]["content"] == ref.text
-        assert r.headers["x-routedvlm-keep-tokens"] == ("8" if ref.strategy == "transfer_8" else "")
-    assert len({r.headers["x-routedvlm-strategy"] for r in responses}) == 3
 
 
 def test_plain_models_honour_thinking_max_tokens_and_logprobs(client, local, images):
@@ -213,6 +226,7 @@ def test_corrupt_router_folder_falls_back_in_process(tiny_pair, make_pipeline, i
     with TestClient(create_app(routed)) as http:
         health = http.get("/health").json()
         assert health["router_fallback"] is True and health["router_error"].startswith("RouterLoadError")
+        assert health["status"] == "degraded" and health["router_healthy"] is False
         r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["wide"], "Color?")})
     assert r.status_code == 200 and r.headers["x-routedvlm-strategy"] == "large_direct"
     info = r.json()["routedvlm"]
@@ -227,6 +241,9 @@ def test_serve_help_is_fast_and_bad_flags_are_errors():
     bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
                           "--port", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: The `--port` flag must be a positive integer <= 65535.")
+    threads = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
+                              "--threads", "-1"], capture_output=True, text=True)
+    assert threads.returncode == 2 and threads.stderr.startswith("error: The `--threads` flag must be an integer >= 0.")
 
 
 # ---- the OpenAI backend: a pipeline whose two models are remote (the same server, models "small" and "large") ----

@@ -1,0 +1,151 @@
+"""`routedvlm serve` under a client's load: threads, big bodies, a decompression bomb, streaming.
+
+Starts `routedvlm serve` on the shipped toy pair (loopback, a free port) once per `--threads` setting and
+measures, side by side in one run:
+1. per-request latency of `large_direct` requests (a fixed router), answered one at a time, as the server's
+   own trace reports it (vision + prefill + decode) and as the client sees it (wall), for each thread setting;
+2. (first setting only) five concurrent 100 MB bodies: their statuses, the server's RSS before / after, and
+   the longest `GET /health` answer while they are sent; a 20000x20000 PNG (decompression bomb) request;
+3. (first setting only) a `large_reason` request streamed and not: time to the first content chunk vs the
+   whole answer, and whether the texts are equal.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_serve.py [--threads 1,0] [--requests 20] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "inference"))
+TOY = ROOT / "data" / "toyworld" / "checkpoints"
+
+
+def _image_url(seed: int) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (96, 64), (40 * seed % 256, 120, 200)).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _msg(seed: int, q: str = "How many bars are taller than 3?") -> list:
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _image_url(seed)}},
+                                         {"type": "text", "text": q}]}]
+
+
+def _p(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def latency(url: str, n: int) -> dict:
+    import httpx
+
+    model_ms, wall_ms = [], []
+    for i in range(n + 2):
+        t0 = time.perf_counter()
+        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": _msg(i)}, timeout=300)
+        wall = (time.perf_counter() - t0) * 1000
+        trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
+        if i >= 2:  # two warm-up requests
+            model_ms.append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
+            wall_ms.append(wall)
+    return {"model_ms_p50": statistics.median(model_ms), "model_ms_p90": _p(model_ms, 0.9),
+            "wall_ms_p50": statistics.median(wall_ms), "wall_ms_p90": _p(wall_ms, 0.9)}
+
+
+def big_bodies(url: str, pid: int) -> dict:
+    import httpx
+    from serve_helpers import bomb_png, image_part, rss_mb
+
+    before, stop, health_ms = rss_mb(pid), threading.Event(), []
+
+    def probe():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            httpx.get(f"{url}/health", timeout=60)
+            health_ms.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.01)
+
+    def send(_):
+        body = b'{"model": "routedvlm", "pad": "' + b"x" * 100_000_000 + b'"}'
+        try:
+            return httpx.post(f"{url}/v1/chat/completions", content=body, timeout=300,
+                              headers={"content-type": "application/json"}).status_code
+        except httpx.TransportError as exc:
+            return type(exc).__name__
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    with ThreadPoolExecutor(5) as pool:
+        statuses = list(pool.map(send, range(5)))
+    stop.set()
+    prober.join()
+    bomb = "data:image/png;base64," + base64.b64encode(bomb_png()).decode()
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": [image_part(bomb)]}, timeout=60)
+    return {"statuses": statuses, "rss_mb_before": round(before), "rss_mb_after": round(rss_mb(pid)),
+            "health_ms_max": round(max(health_ms), 1), "health_ms_p50": round(statistics.median(health_ms), 1),
+            "bomb": [r.status_code, r.json()["error"]["code"], len(bomb_png())]}
+
+
+def streaming(url: str) -> dict:
+    import httpx
+
+    body = {"model": "routedvlm", "messages": _msg(3, "Which bar is the tallest?")}
+    t0 = time.perf_counter()
+    plain = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).json()
+    whole_ms = (time.perf_counter() - t0) * 1000
+    first_ms, text = None, ""
+    t0 = time.perf_counter()
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=300) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                delta = event["choices"][0]["delta"].get("content") if event["choices"] else None
+                if delta and first_ms is None:
+                    first_ms = (time.perf_counter() - t0) * 1000
+                text += delta or ""
+    return {"strategy": plain["routedvlm"]["strategy"], "first_chunk_ms": round(first_ms or -1, 1),
+            "non_streamed_ms": round(whole_ms, 1), "streamed_total_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "equal": text == plain["choices"][0]["message"]["content"]}
+
+
+def main() -> int:
+    from serve_helpers import serve_process
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,0", help="comma-separated --threads values (0: torch's default)")
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    out, tmp = {"threads": {}}, Path(tempfile.mkdtemp())
+    for i, threads in enumerate(args.threads.split(",")):
+        flags = ["--small", str(TOY / "small"), "--large", str(TOY / "large"), "--router", "large_direct", "--threads", threads,
+                 "--log-level", "warning", "--max-direct-tokens", "8", "--max-reason-tokens", "64"]
+        with serve_process(flags, tmp / f"serve-{threads}.log") as (url, proc):
+            out["threads"][threads] = latency(url, args.requests)
+            print(f"--threads {threads}: {out['threads'][threads]}", flush=True)
+            if i == 0:
+                out["big_bodies"] = big_bodies(url, proc.pid)
+                print(f"big bodies: {out['big_bodies']}", flush=True)
+        if i == 0:
+            with serve_process([*flags[:4], "--router", "large_reason", *flags[6:]], tmp / "serve-stream.log") as (url, _):
+                out["streaming"] = streaming(url)
+                print(f"streaming: {out['streaming']}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

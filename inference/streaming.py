@@ -1,0 +1,170 @@
+"""Streaming the final answer as it decodes: a per-request `AnswerSink` fed by the local generation loop.
+
+The pipeline marks the calls that produce a strategy's final answer (`answer_segment`); while a sink is active
+in the current context (`active(sink)`, set by RoutedVLM after the route is decided), `timed_generate` hands
+those calls a transformers streamer. The sink turns token ids into text deltas with the same function that
+makes the final answer (`answer_text`), holding back what a later token could still change (a partial UTF-8
+character, a partial `<think>` tag), so the deltas concatenate to the non-streamed answer. Remote (HTTP)
+models do not stream here: their answer arrives in one delta.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from contextvars import ContextVar
+
+from .final_answer import answer_text
+from .vlm import THINK_CLOSE, THINK_OPEN
+
+logger = logging.getLogger(__name__)
+_SINK: ContextVar = ContextVar("routedvlm_answer_sink", default=None)
+_SEGMENT: ContextVar = ContextVar("routedvlm_answer_segment", default=None)
+
+
+class StreamCancelled(Exception):
+    """Raised inside generation when the client of a streamed request went away."""
+
+
+def _stable(text: str, markers) -> str:
+    """`text` without a tail a later token could still change: a partial UTF-8 character or a marker's prefix."""
+    text = text.rstrip("\ufffd")
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), 0, -1):
+            if text.endswith(marker[:n]):
+                return text[:-n]
+    return text
+
+
+class AnswerSink:
+    """Collects the text of the final answer call(s) of one request and calls `emit(delta)` as it grows.
+
+    max_tokens: only the first N tokens of the answer call count (the request's `max_tokens`)."""
+
+    def __init__(self, emit, *, max_tokens: int | None = None):
+        self.emit, self.max_tokens = emit, max_tokens
+        self.sent, self.cancelled, self.diverged = "", False, False
+
+    def begin(self, vlm, kind: str) -> "_Segment":
+        return _Segment(self, vlm, kind)
+
+    def offer(self, text: str) -> None:
+        """The answer so far is `text`: emit what is new."""
+        if self.diverged:
+            return
+        if not text.startswith(self.sent):
+            self.diverged = True  # a later token rewrote earlier text (e.g. a stray </think>); stop streaming
+            logger.warning("a streamed answer was rewritten by a later token; the rest is not streamed")
+            return
+        if len(text) > len(self.sent):
+            delta, self.sent = text[len(self.sent):], text
+            self.emit(delta)
+
+
+class _Segment:
+    """One marked stretch of the pipeline; every generate call inside it is one call of the answer."""
+
+    def __init__(self, sink: AnswerSink, vlm, kind: str):
+        self.sink, self.vlm, self.kind, self.calls = sink, vlm, kind, 0
+        marker = getattr(getattr(vlm, "prompts", None), "answer_marker", None)
+        self.markers = [m for m in (THINK_OPEN, THINK_CLOSE, marker) if m]
+
+    def streamer(self) -> "_Streamer":
+        kind = self.kind if self.calls == 0 else "direct"  # a reasoning run's follow-up call is a direct answer
+        self.calls += 1
+        return _Streamer(self, kind)
+
+
+class _Streamer:
+    """A transformers streamer (`put` / `end`): the first `put` is the prompt, then one token per step."""
+
+    def __init__(self, segment: _Segment, kind: str):
+        self.segment, self.kind, self.ids, self.prompt_seen = segment, kind, [], False
+
+    def put(self, value) -> None:
+        sink = self.segment.sink
+        if sink.cancelled:
+            raise StreamCancelled("the client of this streamed request disconnected")
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.ids.extend(int(t) for t in value.reshape(-1).tolist())
+        ids = self.ids if sink.max_tokens is None else self.ids[: sink.max_tokens]
+        sink.offer(_stable(answer_text(self.segment.vlm, ids, self.kind), self.segment.markers))
+
+    def end(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def active(sink: AnswerSink):
+    """Stream the final-answer calls made in this context into `sink`."""
+    token = _SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _SINK.reset(token)
+
+
+@contextlib.contextmanager
+def answer_segment(vlm, kind: str = "direct"):
+    """Mark the pipeline calls that produce a final answer of `vlm` (no-op unless a sink is active)."""
+    sink = _SINK.get()
+    if sink is None or _SEGMENT.get() is not None:
+        yield
+        return
+    token = _SEGMENT.set(sink.begin(vlm, kind))
+    try:
+        yield
+    finally:
+        _SEGMENT.reset(token)
+
+
+def current_streamer():
+    """The streamer for a generate call made now (None outside a marked final-answer call)."""
+    segment = _SEGMENT.get()
+    return None if segment is None else segment.streamer()
+
+
+class RoutedStream:
+    """One streamed RoutedVLM request. Iterate it for the answer's text deltas (the request runs in a background
+    thread); afterwards `route` holds the decision and `output` the RoutedOutput. `run(put)` instead runs it in
+    the calling thread and hands every event to `put`: ("route", {strategy, keep_tokens, fallback}), ("delta",
+    text) and finally ("done", RoutedOutput) or ("error", exception). `cancel()` stops it at the next token."""
+
+    def __init__(self, routed, request, max_tokens: int | None = None):
+        self.routed, self.request, self.max_tokens = routed, request, max_tokens
+        self.route, self.output, self._sink = None, None, None
+
+    def cancel(self) -> None:
+        if self._sink is not None:
+            self._sink.cancelled = True
+
+    def run(self, put) -> None:
+        self._sink = AnswerSink(lambda delta: put(("delta", delta)), max_tokens=self.max_tokens)
+
+        def decided(decision, fallback):
+            self.route = {"strategy": decision.strategy, "keep_tokens": decision.keep_tokens, "fallback": fallback}
+            put(("route", dict(self.route)))
+
+        try:
+            self.output = self.routed._run(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put(("error", exc))
+            return
+        self._sink.offer(self.output.text)  # what did not stream (an accepted cascade answer, HTTP models)
+        put(("done", self.output))
+
+    def __iter__(self):
+        import queue
+        import threading
+
+        events: queue.Queue = queue.Queue()
+        threading.Thread(target=self.run, args=(events.put,), daemon=True, name="routedvlm-stream").start()
+        while True:
+            kind, value = events.get()
+            if kind == "delta":
+                yield value
+            elif kind == "error":
+                raise value
+            elif kind == "done":
+                return

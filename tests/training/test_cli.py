@@ -100,7 +100,8 @@ BAD = [
      r"feature column 'feat__prompt__question_words' has 134 infinite value\(s\) in 400 row\(s\)"),
     ("inf latency", lambda df: df.assign(latency_ms__large_reason=np.where(df.index == 7, np.inf, df["latency_ms__large_reason"])),
      r"column 'latency_ms__large_reason' has 1 infinite value\(s\)"),
-    ("empty table", lambda df: df.head(0), r"the table is empty \(0 rows\)"),
+    ("all failed", lambda df: df.assign(error="boom"), r"error: The labels have 0 usable row\(s\) \(after dropping 400 "
+                                                       r"failed sample\(s\)\)"),
     ("too many features", lambda df: pd.concat([df, pd.DataFrame({f"feat__prompt__x{i}": np.arange(len(df)) * 1.0 + i for i in range(300)}, index=df.index)], axis=1),
      r"^error: 30\d feature columns selected \(e.g. .*\); the sanity limit is 256 \(--max-features\)"),
     ("constant feature", _constant_feature, r"Constant feature columns \['feat__prompt__option_count'\]"),

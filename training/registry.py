@@ -58,13 +58,20 @@ def register(model_uri: str, name: str, labels_hash: str, utility: float) -> str
 
 def promote(config, result, version: str, alias: str) -> dict:
     """Set `alias` on `version` when there is no champion, with --promote, or when its test utility beats the
-    current champion's (tracking.champion_utility); the registration summary."""
+    current champion's (tracking.champion_utility); never for a router whose calibration could not certify its
+    target. The registration summary."""
     from mlflow import MlflowClient
 
     from .tracking import champion_utility
 
     client = MlflowClient()
     name, mine = config.register_as, result.evaluation["utility"]
+    cert = result.evaluation.get("certificate") or {}
+    if cert.get("feasible") is False:  # never champion, not even with --promote
+        why = f"not certified: {cert['statement']}"
+        client.set_model_version_tag(name, version, "routedvlm.certified", "false")
+        client.set_model_version_tag(name, version, DECISION_TAG, "not champion: " + why)
+        return {"registered_as": name, "version": version, "champion": False, "champion_reason": why}
     theirs, how = champion_utility(name, result)
     won = config.promote or theirs is None or mine > theirs
     if won:

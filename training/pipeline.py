@@ -1,4 +1,5 @@
-"""train-router as a library call: labels -> split -> fit -> calibrate tau -> evaluate -> router folder (+ MLflow).
+"""train-router as a library call: labels -> split -> fit -> certify the decision rule -> evaluate -> router folder
+(+ MLflow).
 
 `train_router(config)` is what the CLI runs; tests call it (or the CLI) on synthetic labels.
 """
@@ -32,12 +33,12 @@ class TrainResult:
     labels_hash: str = ""
     tracking: dict = field(default_factory=dict)  # run_id, model_uri, version, champion
     test: pd.DataFrame | None = None  # the test split (the champion is re-evaluated on it)
-    table: str = ""  # format_table(evaluation)
+    table: str = ""  # report.format_table(evaluation)
 
 
 def candidate_strategies(df: pd.DataFrame, wanted: list[str] | None) -> list[str]:
     """Candidates in canonical order: `wanted`, or every strategy the labels hold; at least two."""
-    from .evaluate import label_strategies
+    from .costs import label_strategies
 
     present = label_strategies(df)
     if wanted:
@@ -77,8 +78,9 @@ def _default_output_dir() -> Path:
 
 def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
     """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
-    from .calibrate import calibrate_tau
-    from .evaluate import evaluate, format_table
+    from .certify import apply_to_policy, certify
+    from .evaluate import evaluate
+    from .report import format_table
 
     if labels is None:
         labels, metadata = load_labels(config.data)
@@ -92,26 +94,25 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
         labels, hidden = prepare_hidden(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
+    template = prompt_template_of(metadata)
     if hidden is None:
-        router = fit_router(config, split, candidates, features, paid, labels_hash)
+        router = fit_router(config, split, candidates, features, paid, labels_hash, prompt_template=template)
     else:
         from .self_probe import fit_self_probe
 
-        router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden)
-    log.info("fitted the %s router; calibrating tau on %d rows", router.policy.router_type, len(split.calibration))
-    policy = router.policy
-    op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
-                       split.calibration, config.mode, paid, config.target, candidates, config.calibration_margin)
-    policy.tau = op.param
-    policy.target = target_with_margin(config.target, op)
-    log.info("tau=%.3f; evaluating against the baselines on %d test rows", op.param, len(split.test))
-    evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
+        router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden, prompt_template=template)
+    log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
+             len(split.calibration))
+    cal = certify(router, split.calibration, split.train, config.target, config.delta)
+    apply_to_policy(router.policy, cal)
+    log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
+    evaluation = evaluate(router, split.calibration, split.test, config.target, cal)
     evaluation["split"] = split.sizes()
     if hidden is not None:
         from .self_probe import compare_with_lightgbm
 
         evaluation = compare_with_lightgbm(evaluation, router, config, split, candidates, features, paid, labels_hash)
-    policy.metrics = _policy_metrics(evaluation)
+    router.policy.metrics = policy_metrics(evaluation)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
     write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
@@ -121,15 +122,41 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
     """(candidates, features, paid stages), after every input check that needs no training. Candidates:
     --strategies, else the labels' metadata `candidates`, else every strategy in the labels."""
     from . import fit as fitmod
+    from .split import check_enough_rows
 
+    check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
-    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features)
+    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features,
+                                     config.max_features)
     return candidates, features, fitmod.paid_stages_for(features, config.mode)
 
 
-def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str):
+def prompt_template_of(metadata: dict) -> dict | None:
+    """The prompt template the labels were made with (the router applies the same at run time). Labels that
+    routedvlm wrote before it recorded templates used lmms-eval's post prompts with their adapter's instruction
+    (none for the toy world); labels of other writers get None (questions as given), with a warning."""
+    from routedvlm.data.adapters import ADAPTERS
+
+    metadata = metadata or {}
+    if metadata.get("prompt_template") is not None:
+        return metadata["prompt_template"]
+    adapter = ADAPTERS.get(str((metadata.get("sample_source") or {}).get("adapter")))
+    if adapter is not None:
+        template = adapter.template("lmms-eval")
+        if not any(template.instructions.values()):
+            template = adapter.template("none")
+        log.info("the labels record no prompt_template; routedvlm labelled %s data with %r then", adapter.name,
+                 template.name)
+        return template.to_dict()
+    log.warning("the labels' metadata records no prompt_template: the router will send questions to the models "
+                "as given; if the labels' questions had a post prompt added, give RoutedVLM the same text")
+    return None
+
+
+def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str, *,
+               prompt_template: dict | None = None):
     """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
     from routedvlm.router.lightgbm_router import LightGBMRouter
 
@@ -139,12 +166,13 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
     boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
                                      params=params)
     policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
-                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round}})
+                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round}},
+                         prompt_template=prompt_template)
     return LightGBMRouter(policy, boosters)
 
 
 def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
-                params: dict):
+                params: dict, *, prompt_template: dict | None = None):
     """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
     costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
     from routedvlm.router.policy import Policy
@@ -155,25 +183,25 @@ def base_policy(config: TrainConfig, split, candidates, features, paid, labels_h
         router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
         expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
         fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
-        training_data_hash=labels_hash, params={**params, "split": {**split.sizes(), "seed": config.seed}},
+        training_data_hash=labels_hash, prompt_template=prompt_template,
+        params={**params, "split": {**split.sizes(), "seed": config.seed}},
     )
 
 
-def target_with_margin(target: dict, op) -> dict:
-    """The policy's target, recording the calibration margin (standard errors) an accuracy target was met with."""
-    return {**target, "calibration_margin": op.margin} if target["kind"] == "accuracy" else dict(target)
-
-
-def _policy_metrics(ev: dict) -> dict:
-    learned = ev["rows"][-1]
-    cal = ev["calibration"]
-    return {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
-            "test_p90_latency_ms": learned["p90_latency_ms"], "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"],
-            "test_utility": ev["utility"], "test_target_met": ev["target_met_test"], "auc": ev["auc"],
-            "calibration_accuracy": ev["calibration"]["accuracy"],
-            "calibration_mean_latency_ms": ev["calibration"]["mean_latency_ms"],
-            "calibration_margin": cal.get("margin", 0.0), "calibration_rows": cal.get("n", 0),
-            "calibration_accuracy_lower_bound": cal.get("accuracy_lower_bound", cal["accuracy"])}
+def policy_metrics(ev: dict) -> dict:
+    """The numbers policy.json and MLflow record: test results of the chosen rule, calibration and certificate."""
+    learned, cal, cert = ev["rows"][-1], ev["calibration"], ev["certificate"]
+    out = {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
+           "test_p90_latency_ms": learned["p90_latency_ms"],
+           "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"], "test_utility": ev["utility"],
+           "test_target_met": ev["target_met_test"], "test_required_accuracy": ev["required_test"],
+           "test_standard_error": ev["standard_error_test"],
+           "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
+           "calibration_rows": cal["n"], "certificate_delta": cert["delta"], "certificate_bound": cert["bound"],
+           "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
+           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
+    out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
+    return out
 
 
 def write_outputs(router, evaluation: dict, out: Path) -> None:

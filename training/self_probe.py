@@ -5,7 +5,7 @@ The hidden states are recomputed, not stored by the labeller: the labelled sampl
 LoRA probe) and `large_direct` is re-run through `CollaborativePipeline.run` with the capture of
 `routedvlm.inference.hidden` on — the code path RoutedVLM runs, so training and run-time inputs are the same
 numbers. The recomputed answers are checked against the labels' `answer__large_direct`. Split, expected costs,
-calibration, evaluation and outputs are the LightGBM router's (training/pipeline.py).
+certified decision rule, evaluation and outputs are the LightGBM router's (training/pipeline.py).
 """
 from __future__ import annotations
 
@@ -133,8 +133,9 @@ def fit_head(x: np.ndarray, targets: dict[str, np.ndarray], seed: int = 0) -> di
     return {"weight": weight, "bias": bias, "mean": mean, "std": std}
 
 
-def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, info: HiddenInfo) -> SelfProbeRouter:
-    """A SelfProbeRouter (tau not yet calibrated) with its head fitted on `split.train`."""
+def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, info: HiddenInfo, *,
+                   prompt_template: dict | None = None) -> SelfProbeRouter:
+    """A SelfProbeRouter (decision rule not yet certified) with its head fitted on `split.train`."""
     from .pipeline import base_policy
 
     if config.mode != "cascade":
@@ -143,7 +144,7 @@ def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, 
     head = fit_head(design_matrix(split.train, features),
                     {s: split.train[f"correct__{s}"].to_numpy() for s in candidates}, seed=config.seed)
     policy = base_policy(config, split, candidates, features, paid, labels_hash, "self-probe",
-                         {**info.params(), "head_kind": "logistic"})
+                         {**info.params(), "head_kind": "logistic"}, prompt_template=prompt_template)
     return SelfProbeRouter(policy, head)
 
 
@@ -178,7 +179,7 @@ def compare_with_lightgbm(ev: dict, router, config, split, candidates, features,
 
     from .probe_eval import lightgbm_comparison, side_by_side
 
-    comparison = lightgbm_comparison(config, split, candidates, features, paid, labels_hash, ev) if features else None
+    comparison = lightgbm_comparison(config, split, candidates, features, paid, labels_hash)
     out = side_by_side(ev, comparison)
     y = split.test[f"correct__{LARGE_DIRECT}"].to_numpy(dtype=int)
     if LARGE_DIRECT in candidates and 0 < y.sum() < len(y):

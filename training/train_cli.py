@@ -12,18 +12,21 @@ from dataclasses import MISSING, fields
 from .config import TrainConfig
 
 EPILOG = """example:
-  train-router --data labels.parquet --target-accuracy 0.98
+  train-router --data labels.parquet --target-accuracy 0.95 --delta 0.1
   train-router --data labels.parquet --mode one-shot --max-latency-ms 800 --no-register
   train-router --data labels.parquet --router self-probe   # reads the large model's own hidden state
   mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db   # browse runs and registered routers
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "train-router") -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(
-        prog="train-router", description="Train a router from labels.parquet: fit, calibrate tau, evaluate "
-        "against baselines, log to MLflow and register it.", epilog=EPILOG,
+        prog=prog, description="Train a router from labels.parquet: fit, certify a decision rule "
+        "(Learn-then-Test), evaluate against baselines, log to MLflow and register it.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"routedvlm {version('routedvlm')}")
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
@@ -44,22 +47,28 @@ def _progress(msg: str) -> None:
 
 
 def _track(track, config, result, labels) -> dict:
-    from mlflow.exceptions import MlflowException
+    """`track(...)`, with every failure of the store (MLflow, SQLAlchemy, alembic, the store lock, the file system)
+    turned into a one-line TrainingError (exit 2); the traceback goes to the debug log."""
+    import logging
 
-    from routedvlm.router.errors import TrainingError
+    from routedvlm.router.errors import RoutedVLMError, TrainingError
+    from routedvlm.router.tracking import one_line
 
     try:
         return track(config, result, labels)
-    except MlflowException as exc:
-        raise TrainingError(f"MLflow logging failed ({exc}). The router itself is saved in "
-                            f"{result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
+    except RoutedVLMError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a boundary: the router is saved, the store failed
+        logging.getLogger(__name__).debug("MLflow logging failed", exc_info=True)
+        raise TrainingError(f"MLflow logging failed ({type(exc).__name__}: {one_line(exc)}). The router itself is "
+                            f"saved in {result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
     """Parse flags, train, print the evaluation table; RoutedVLMError propagates to the dispatcher (exit 2)."""
     import logging
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     config = TrainConfig(**vars(args))
     logging.basicConfig(level=logging.WARNING, format="[train-router] %(message)s")
     logging.getLogger("routedvlm.training").setLevel(logging.INFO)
@@ -82,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         result = train_router(config, labels, metadata)
     ev = result.evaluation
     _progress(f"trained {len(result.router.policy.strategies)} strategy models on {ev['split']['train']} rows; "
-              f"tau={ev['tau']:.3f} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "
+              f"rule {ev['certificate']['chosen']} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "
               f"{ev['calibration']['mean_latency_ms']:.0f} ms) in {time.perf_counter() - t0:.1f}s")
     print(result.table)
     print(f"router: {result.output_dir / 'router'}  (evaluation.json, curve.png beside it)")

@@ -27,7 +27,9 @@ def _toy_settings():
 def toy_samples():
     from routedvlm.data.toyworld.task import make_samples
 
-    return make_samples("eval", N_SAMPLES, seed=int(time.time()) % 100_000)  # prompts the servers have not seen
+    # fixed samples: CI starts fresh servers, and the labeller's calls are cache-salted, so earlier runs against a
+    # long-lived dev server cannot inflate what the reuse assertions read (escalate's only bound is a multiple of 32)
+    return make_samples("eval", N_SAMPLES, seed=12)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +142,7 @@ def test_routed_vlm_over_vllm_takes_the_local_route(routed, toy_samples):
     routes = []
     for s in toy_samples[:10]:
         a, b = local(image=s.image, question=s.question), remote(image=s.image, question=s.question)
-        assert (b.strategy, b.answer) == (a.strategy, a.answer)
+        assert (b.strategy, b.text) == (a.strategy, a.text)
         routes.append(b.strategy)
     assert "large_direct" in routes
 
@@ -180,7 +182,7 @@ def test_routedvlm_serve_in_front_of_the_vllm_servers(vllm_servers, toy_router, 
             assert resp.status_code == 200, resp.text
             out, ref = resp.json(), routed[0](image=s.image, question=s.question)
             assert resp.headers["x-routedvlm-strategy"] == ref.strategy
-            assert out["choices"][0]["message"]["content"].strip() == ref.answer
+            assert out["choices"][0]["message"]["content"].strip() == ref.text
             assert all(r["remote"] for r in out["routedvlm"]["trace"] if r.get("model")), json.dumps(out)[:500]
     finally:
         proc.terminate()

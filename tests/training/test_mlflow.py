@@ -1,5 +1,6 @@
 """train-router end to end with MLflow: default ./mlruns sqlite store, run contents, registration, the
-champion alias (a worse run does not take it, --promote does), and loading by `models:/vlm-router@champion`."""
+champion alias (a worse run does not take it, --promote does, an uncertified one never does), and loading by
+`models:/vlm-router@champion`."""
 import re
 
 import pytest
@@ -19,13 +20,15 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
 
     assert main(["train", *fast, "--output-dir", "r1"]) == 0
     out = capsys.readouterr().out
-    assert "learned (tau=" in out and "mutual-verification (K=64)" in out
+    assert "\nchosen: " in out and "mutual verification K=64" in out and "certificate: with probability" in out
     assert "registered vlm-router version 1 (champion: no champion yet)" in out
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     run = client.get_run(re.search(r"mlflow run (\w+)", out).group(1))
     assert run.data.params["labels.content_hash"] == run.data.tags["routedvlm.labels_hash"]
     assert "learned.accuracy" in run.data.metrics and "test_utility" in run.data.metrics
+    assert run.data.metrics["certificate_delta"] == 0.1 and run.data.metrics["certificate_feasible"] == 1.0
+    assert run.data.params["certificate.method"].startswith("learn-then-test") and "policy.rule" in run.data.params
     assert run.inputs.dataset_inputs[0].dataset.name == "labels"
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"evaluation.json", "curve.png", "evaluation.txt"} <= names
@@ -47,3 +50,30 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     assert "version 3 (champion: --promote)" in capsys.readouterr().out
     assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"
     assert load_router("models:/vlm-router@champion", tracking_uri=uri).policy.strategies == ["large_direct", "large_reason"]
+
+    # a target the calibration rows cannot certify: registered, never champion, not even with --promote
+    assert main(["train", *fast, "--target-accuracy", "0.999", "--output-dir", "r4", "--promote"]) == 0
+    out = capsys.readouterr().out
+    assert "certificate: infeasible with 300 calibration rows" in out
+    assert "version 4 (not champion: not certified: infeasible with 300 calibration rows" in out
+    assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the evaluation computes with the inf latencies
+def test_a_router_with_non_finite_test_metrics_is_never_logged_or_registered(synthetic_df, tmp_path):
+    import numpy as np
+
+    from routedvlm.router.errors import TrainingError
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.pipeline import train_router
+    from routedvlm.training.split import split_labels
+    from routedvlm.training.tracking import track
+
+    df = synthetic_df.head(600).copy()  # a DataFrame is not validated like a file: an inf latency gets through
+    test_ids = split_labels(df, 0.2, 0.2, 0).test["sample_id"]
+    df.loc[df["sample_id"].isin(test_ids), "latency_ms__large_reason"] = np.inf  # only in the test split
+    store = tmp_path / "store"
+    config = TrainConfig(output_dir=str(tmp_path / "out"), num_boost_round=20, tracking_uri=f"sqlite:///{store}/mlflow.db")
+    result = train_router(config, df, {"content_hash": "inf"})
+    with pytest.raises(TrainingError, match=r"^The router's test metrics are not finite \(\{.*'learned\.mean_latency_ms': inf"):
+        track(config, result, df)
+    assert not store.exists()

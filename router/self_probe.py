@@ -16,6 +16,7 @@ import numpy as np
 
 from .base import Router
 from .checkpoints import weights_hash
+from .decision_rules import uses_model
 from .errors import RouterError, RouterLoadError
 from .policy import Policy
 from .strategies import LARGE_DIRECT
@@ -32,9 +33,9 @@ class SelfProbeRouter(Router):
 
     def __init__(self, policy: Policy, head: dict):
         hidden = dict(policy.params.get("hidden") or {})
-        if policy.mode != "cascade":
-            raise RouterError(f"A self-probe router reads the large_direct pass, so its mode must be 'cascade'. "
-                              f"Got {policy.mode!r}.")
+        if policy.mode != "cascade" and uses_model(policy.decision_rule):
+            raise RouterError(f"A self-probe router whose rule reads it ({policy.decision_rule['name']}) needs the "
+                              f"large_direct pass, so its mode must be 'cascade'. Got {policy.mode!r}.")
         size = hidden.get("size")
         if not isinstance(size, int) or size <= 0 or not hidden.get("layers") or not hidden.get("position"):
             raise RouterError(f"policy.json params.hidden must give layers, position and a positive size. Got {hidden}.")
@@ -52,8 +53,10 @@ class SelfProbeRouter(Router):
         super().__init__(policy)
 
     # ---- scoring ----
-    def check_features(self, columns) -> None:
-        super().check_features(columns)
+    def check_features(self, columns, names=None) -> None:
+        super().check_features(columns, names)
+        if names is None and not uses_model(self.policy.decision_rule):
+            return  # the rule reads no P(correct): the head does not run
         if HIDDEN_KEY not in columns:
             raise RouterError(f"The self-probe router needs the large model's hidden state under {HIDDEN_KEY!r} (a "
                               f"vector of {self.hidden['size']} values from the large_direct pass); RoutedVLM "
@@ -82,7 +85,7 @@ class SelfProbeRouter(Router):
     def predict_proba(self, features):
         import pandas as pd
 
-        self.check_features(features.columns)
+        self.check_features(features.columns, self.policy.features)
         x = self._matrix(list(features[HIDDEN_KEY]), features[self.policy.features].to_numpy(dtype=np.float64))
         return pd.DataFrame(self._p(x), index=features.index, columns=self.policy.strategies)
 
@@ -123,7 +126,10 @@ class SelfProbeRouter(Router):
         self._checked[name] = True
 
     def runtime_inputs(self, request, stages: dict, pipeline) -> dict:
-        """The hidden-state vector of the large_direct generation that just ran (no second forward pass)."""
+        """The hidden-state vector of the large_direct generation that just ran (no second forward pass); nothing
+        when the rule reads no P(correct) (a fixed fallback may not run large_direct at all)."""
+        if not uses_model(self.policy.decision_rule):
+            return {}
         result = stages.get(LARGE_DIRECT)
         gen = None if result is None else result.generation
         hidden = None if gen is None else getattr(gen, "hidden", None)

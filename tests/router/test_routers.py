@@ -188,6 +188,14 @@ def test_self_probe_needs_its_hidden_state_and_a_local_large_model(self_probe_ro
     with pytest.raises(RouterError, match=r"^The large model .* has weights sha256:[0-9a-f]+, but this self-probe was "
                                           r"trained on the hidden states of sha256:abc"):
         self_probe_router.attach(local)
-    with pytest.raises(RouterError, match=r"^A self-probe router reads the large_direct pass, so its mode must be 'cascade'"):
-        type(self_probe_router)(Policy(**{**self_probe_router.policy.to_dict(), "mode": "one-shot", "paid_stages": [],
-                                          "features": ["feat__prompt__question_words"]}), self_probe_router.head)
+    one_shot = {**self_probe_router.policy.to_dict(), "mode": "one-shot", "paid_stages": [],
+                "features": ["feat__prompt__question_words"]}
+    with pytest.raises(RouterError, match=r"^A self-probe router whose rule reads it \(tau\) needs the large_direct pass, "
+                                          r"so its mode must be 'cascade'"):
+        type(self_probe_router)(Policy(**one_shot), self_probe_router.head)
+    # an infeasible certificate falls back to a fixed rule in one-shot mode: it must still load (regression)
+    d_in = self_probe_router.hidden["size"] + 1
+    head = {k: (v if k == "bias" else v[:d_in]) for k, v in self_probe_router.head.items()}
+    fixed = type(self_probe_router)(Policy(**{**one_shot, "rule": {"name": "fixed", "param": None,
+                                                                 "strategy": "large_reason"}}), head)
+    assert fixed.decide({"feat__prompt__question_words": 3.0}).strategy == "large_reason"

@@ -11,7 +11,7 @@ from routedvlm.router.errors import ConfigError
 from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
 from routedvlm.training.config import TrainConfig
 
-N_ROWS = 200
+N_ROWS = 300
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def trained(toy_slice):
         mp.chdir(toy_slice["root"])  # the toy split behind the labels is regenerated under ./runs
         labels, meta = load_labels(toy_slice["labels"])
         config = TrainConfig(router="self-probe", data=str(toy_slice["labels"]), output_dir="run", no_mlflow=True,
-                             allow_constant_features=True, num_boost_round=40)
+                             allow_constant_features=True, num_boost_round=40,
+                             target_accuracy=0.9)  # 60 calibration rows certify 0.9, not the default 0.95
         return train_router(config, labels, meta), toy_slice["root"]
 
 
@@ -54,7 +55,8 @@ def test_trains_saves_and_beats_nothing_it_did_not_measure(trained):
     assert set(ev["auroc_large_direct"]) == {"self-probe", "lightgbm"}
     assert all(0.0 <= v <= 1.0 for v in ev["auroc_large_direct"].values())
     names = [r["name"] for r in ev["rows"]]
-    assert any(n.startswith("lightgbm (tau=") for n in names) and names[-1].startswith("learned")
+    assert any(n.startswith("lightgbm chosen: ") for n in names) and names[-1].startswith("chosen: ")
+    assert ev["certificate"]["feasible"] and ev["comparison"]["lightgbm"]["certificate"]["router_mode"] == "cascade"
     loaded = load_router(root / "run" / "router")
     test = result.test
     assert [d.to_dict() for d in loaded.decide_batch(test)] == [d.to_dict() for d in router.decide_batch(test)]
@@ -88,13 +90,13 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
     monkeypatch.chdir(toy_slice["root"])
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     argv = ["train", "--router", "self-probe", "--data", str(toy_slice["labels"]), "--allow-constant-features",
-            "--hidden-layers", "-1", "--hidden-position", "prompt_last", "--num-boost-round", "40",
+            "--hidden-layers", "-1", "--hidden-position", "prompt_last", "--num-boost-round", "40", "--target-accuracy", "0.9",
             "--output-dir", "cli-run", "--register-as", "self-probe-router"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "registered self-probe-router version 1" in out and "lightgbm (tau=" in out
+    assert "registered self-probe-router version 1" in out and "lightgbm chosen: " in out
     uri = f"sqlite:///{toy_slice['root']}/mlruns/mlflow.db"
-    router = load_router("models:/self-probe-router@champion", tracking_uri=uri)
+    router = load_router("models:/self-probe-router/1", tracking_uri=uri)  # champion only if certified
     assert isinstance(router, SelfProbeRouter)
     assert router.policy.params["hidden"]["layers"] == [3] and router.policy.params["hidden"]["position"] == "prompt_last"
     remote = types.SimpleNamespace(small=types.SimpleNamespace(remote=True), large=types.SimpleNamespace(

@@ -19,6 +19,9 @@ EXCEPTIONS = {
     # the probe router type runs on the small VLM: it loads its base through the inference loader, lazily,
     # so the LightGBM path stays free of torch (tests/router/test_load.py checks that).
     "router/lora_probe.py": {"inference"},
+    # the self-probe's training inputs are recomputed by the pipeline RoutedVLM runs (CollaborativePipeline with
+    # the hidden-state capture on), so training and run-time inputs are the same numbers.
+    "training/self_probe.py": {"inference"},
     # composition roots: the demo and the CLI wire every package together.
     "training/demo.py": {"inference"},
     "training/toy_demo.py": {"inference"},

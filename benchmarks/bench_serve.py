@@ -4,8 +4,10 @@ Starts `routedvlm serve` on the shipped toy pair (loopback, a free port) once pe
 measures, side by side in one run:
 1. per-request latency of `large_direct` requests (a fixed router), answered one at a time, as the server's
    own trace reports it (vision + prefill + decode) and as the client sees it (wall), for each thread setting;
-2. (first setting only) five concurrent 100 MB bodies: their statuses, the server's RSS before / after, and
-   the longest `GET /health` answer while they are sent; a 20000x20000 PNG (decompression bomb) request;
+2. (first setting only) five concurrent 100 MB bodies (over the 32 MiB limit: refused before they are read) and
+   five of 30 MB (under it: read, parsed in a worker thread, refused as invalid), each sent by its own process:
+   statuses, the server's RSS before / at its peak / after, and `GET /health` times idle and while they are
+   sent; a 20000x20000 PNG (decompression bomb) request;
 3. (first setting only) a `large_reason` request streamed and not: time to the first content chunk vs the
    whole answer, and whether the texts are equal.
 
@@ -20,9 +22,7 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,42 +60,65 @@ def latency(url: str, n: int) -> dict:
         if i >= 2:  # two warm-up requests
             model_ms.append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
             wall_ms.append(wall)
-    return {"model_ms_p50": statistics.median(model_ms), "model_ms_p90": _p(model_ms, 0.9),
-            "wall_ms_p50": statistics.median(wall_ms), "wall_ms_p90": _p(wall_ms, 0.9)}
+    return {"model_ms_p50": round(statistics.median(model_ms), 1), "model_ms_p90": round(_p(model_ms, 0.9), 1),
+            "model_ms_cv": round(statistics.stdev(model_ms) / statistics.mean(model_ms), 2),
+            "wall_ms_p50": round(statistics.median(wall_ms), 1), "wall_ms_p90": round(_p(wall_ms, 0.9), 1)}
 
 
-def big_bodies(url: str, pid: int) -> dict:
+_SENDER = """import sys, httpx
+with open(sys.argv[2], "rb") as f:
+    try:
+        r = httpx.post(sys.argv[1], content=f, timeout=300, headers={"content-type": "application/json"})
+        print(r.status_code)
+    except httpx.TransportError as exc:
+        print(type(exc).__name__)
+"""
+
+
+def big_bodies(url: str, pid: int, mb: int, tmp: Path) -> dict:
+    """Five concurrent `mb` MB bodies, each sent by its own process (so the probe's timings are the server's),
+    while this process probes GET /health."""
+    import subprocess
+
+    from serve_helpers import rss_mb
+
+    body = tmp / f"body-{mb}.json"
+    with open(body, "wb") as f:
+        f.write(b'{"model": "routedvlm", "pad": "' + b"x" * (mb * 1_000_000) + b'"}')
+    idle = _health_ms(url, 2.0)
+    before, senders = rss_mb(pid), [subprocess.Popen([sys.executable, "-c", _SENDER, f"{url}/v1/chat/completions", str(body)],
+                                                    stdout=subprocess.PIPE, text=True) for _ in range(5)]
+    busy, peak = [], before
+    while any(p.poll() is None for p in senders):
+        busy += _health_ms(url, 0.2)
+        peak = max(peak, rss_mb(pid))
+    body.unlink()
+    return {"body_mb": mb, "statuses": [p.stdout.read().strip() for p in senders], "rss_mb_before": round(before),
+            "rss_mb_peak": round(peak), "rss_mb_after": round(rss_mb(pid)),
+            "health_ms_idle_p50_max": [round(statistics.median(idle), 1), round(max(idle), 1)],
+            "health_ms_busy_p50_max": [round(statistics.median(busy), 1), round(max(busy), 1)] if busy else None}
+
+
+def _health_ms(url: str, seconds: float) -> list:
     import httpx
-    from serve_helpers import bomb_png, image_part, rss_mb
 
-    before, stop, health_ms = rss_mb(pid), threading.Event(), []
-
-    def probe():
-        while not stop.is_set():
+    out, end = [], time.monotonic() + seconds
+    with httpx.Client(timeout=60) as client:  # one client: a new one per call costs more than the call
+        while time.monotonic() < end:
             t0 = time.perf_counter()
-            httpx.get(f"{url}/health", timeout=60)
-            health_ms.append((time.perf_counter() - t0) * 1000)
-            time.sleep(0.01)
+            client.get(f"{url}/health")
+            out.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.02)
+    return out
 
-    def send(_):
-        body = b'{"model": "routedvlm", "pad": "' + b"x" * 100_000_000 + b'"}'
-        try:
-            return httpx.post(f"{url}/v1/chat/completions", content=body, timeout=300,
-                              headers={"content-type": "application/json"}).status_code
-        except httpx.TransportError as exc:
-            return type(exc).__name__
 
-    prober = threading.Thread(target=probe)
-    prober.start()
-    with ThreadPoolExecutor(5) as pool:
-        statuses = list(pool.map(send, range(5)))
-    stop.set()
-    prober.join()
-    bomb = "data:image/png;base64," + base64.b64encode(bomb_png()).decode()
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": [image_part(bomb)]}, timeout=60)
-    return {"statuses": statuses, "rss_mb_before": round(before), "rss_mb_after": round(rss_mb(pid)),
-            "health_ms_max": round(max(health_ms), 1), "health_ms_p50": round(statistics.median(health_ms), 1),
-            "bomb": [r.status_code, r.json()["error"]["code"], len(bomb_png())]}
+def bomb(url: str) -> list:
+    import httpx
+    from serve_helpers import bomb_png, image_part
+
+    data = "data:image/png;base64," + base64.b64encode(bomb_png()).decode()
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": [image_part(data)]}, timeout=60)
+    return [r.status_code, r.json()["error"]["code"], len(bomb_png())]
 
 
 def streaming(url: str) -> dict:
@@ -136,8 +159,9 @@ def main() -> int:
             out["threads"][threads] = latency(url, args.requests)
             print(f"--threads {threads}: {out['threads'][threads]}", flush=True)
             if i == 0:
-                out["big_bodies"] = big_bodies(url, proc.pid)
-                print(f"big bodies: {out['big_bodies']}", flush=True)
+                out["big_bodies"] = [big_bodies(url, proc.pid, mb, tmp) for mb in (100, 30)]
+                out["bomb"] = bomb(url)
+                print(f"big bodies: {out['big_bodies']}\nbomb: {out['bomb']}", flush=True)
         if i == 0:
             with serve_process([*flags[:4], "--router", "large_reason", *flags[6:]], tmp / "serve-stream.log") as (url, _):
                 out["streaming"] = streaming(url)

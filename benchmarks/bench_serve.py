@@ -4,8 +4,8 @@ Starts `routedvlm serve` on the shipped toy pair (loopback, a free port) once pe
 measures, side by side in one run:
 1. per-request latency of `large_direct` requests (a fixed router), answered one at a time, as the server's
    own trace reports it (vision + prefill + decode) and as the client sees it (wall), for each thread setting;
-2. (first setting only) five concurrent 100 MB bodies (over the 32 MiB limit: refused before they are read) and
-   five of 30 MB (under it: read, parsed in a worker thread, refused as invalid), each sent by its own process:
+2. (first setting only) five processes each sending 4 bodies of 100 MB (over the 32 MiB limit: refused before
+   they are read), then of 30 MB (under it: read, parsed in a worker thread, refused as invalid):
    statuses, the server's RSS before / at its peak / after, and `GET /health` times idle and while they are
    sent; a 20000x20000 PNG (decompression bomb) request;
 3. (first setting only) a `large_reason` request streamed and not: time to the first content chunk vs the
@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -66,13 +67,16 @@ def latency(url: str, n: int) -> dict:
 
 
 _SENDER = """import sys, httpx
-with open(sys.argv[2], "rb") as f:
-    try:
-        r = httpx.post(sys.argv[1], content=f, timeout=300, headers={"content-type": "application/json"})
-        print(r.status_code)
-    except httpx.TransportError as exc:
-        print(type(exc).__name__)
+body, out = open(sys.argv[2], "rb").read(), []
+with httpx.Client(timeout=300) as client:
+    for _ in range(int(sys.argv[3])):
+        try:
+            out.append(client.post(sys.argv[1], content=body, headers={"content-type": "application/json"}).status_code)
+        except httpx.TransportError as exc:
+            out.append(type(exc).__name__)
+print("\\n".join(map(str, out)))
 """
+SENDS = 4  # bodies per sender process, one after another
 
 
 def big_bodies(url: str, pid: int, mb: int, tmp: Path) -> dict:
@@ -86,25 +90,42 @@ def big_bodies(url: str, pid: int, mb: int, tmp: Path) -> dict:
     with open(body, "wb") as f:
         f.write(b'{"model": "routedvlm", "pad": "' + b"x" * (mb * 1_000_000) + b'"}')
     idle = _health_ms(url, 2.0)
-    before, senders = rss_mb(pid), [subprocess.Popen([sys.executable, "-c", _SENDER, f"{url}/v1/chat/completions", str(body)],
-                                                    stdout=subprocess.PIPE, text=True) for _ in range(5)]
-    busy, peak = [], before
+    before, busy, done = rss_mb(pid), [], threading.Event()
+    prober = threading.Thread(target=_health_ms, args=(url, 600.0), kwargs={"out": busy, "until": done})
+    prober.start()
+    senders = [subprocess.Popen(_sender_cmd(f"{url}/v1/chat/completions", body), stdout=subprocess.PIPE, text=True)
+               for _ in range(5)]
+    peak = before
     while any(p.poll() is None for p in senders):
-        busy += _health_ms(url, 0.2)
         peak = max(peak, rss_mb(pid))
+        time.sleep(0.05)
+    done.set()
+    prober.join()
     body.unlink()
-    return {"body_mb": mb, "statuses": [p.stdout.read().strip() for p in senders], "rss_mb_before": round(before),
+    return {"body_mb": mb, "statuses": sorted({c for p in senders for c in p.stdout.read().split()}), "rss_mb_before": round(before),
             "rss_mb_peak": round(peak), "rss_mb_after": round(rss_mb(pid)),
             "health_ms_idle_p50_max": [round(statistics.median(idle), 1), round(max(idle), 1)],
             "health_ms_busy_p50_max": [round(statistics.median(busy), 1), round(max(busy), 1)] if busy else None}
 
 
-def _health_ms(url: str, seconds: float) -> list:
+def _sender_cmd(url: str, body: Path) -> list:
+    """curl when present (it streams the file and stops at the server's early answer), else a Python sender."""
+    import shutil
+
+    if shutil.which("curl"):
+        one = ["-s", "-o", "/dev/null", "-w", "%{http_code}\\n", "-H", "content-type: application/json", "-H", "Expect:",
+               "--data-binary", f"@{body}", url]
+        return ["curl", *one, *[a for _ in range(SENDS - 1) for a in ("--next", *one)]]
+    return [sys.executable, "-c", _SENDER, url, str(body), str(SENDS)]
+
+
+def _health_ms(url: str, seconds: float, out=None, until=None) -> list:
+    """GET /health times (ms) for `seconds`, or until the `until` event is set."""
     import httpx
 
-    out, end = [], time.monotonic() + seconds
+    out, end = [] if out is None else out, time.monotonic() + seconds
     with httpx.Client(timeout=60) as client:  # one client: a new one per call costs more than the call
-        while time.monotonic() < end:
+        while time.monotonic() < end and not (until is not None and until.is_set()):
             t0 = time.perf_counter()
             client.get(f"{url}/health")
             out.append((time.perf_counter() - t0) * 1000)

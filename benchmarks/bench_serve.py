@@ -1,17 +1,17 @@
 """`routedvlm serve` under a client's load: threads, big bodies, a decompression bomb, streaming.
 
-Starts `routedvlm serve` on the shipped toy pair (loopback, a free port) once per `--threads` setting and
-measures, side by side in one run:
-1. per-request latency of `large_direct` requests (a fixed router), answered one at a time, as the server's
-   own trace reports it (vision + prefill + decode) and as the client sees it (wall), for each thread setting;
-2. (first setting only) five processes each sending 4 bodies of 100 MB (over the 32 MiB limit: refused before
+Starts `routedvlm serve` on the shipped toy pair (loopback, free ports), one server per `--threads` setting, all
+at once, and measures, side by side in one run:
+1. per-request latency of `large_direct` requests (a fixed router), one in flight at a time, alternating between
+   the servers, as the server's trace reports it (vision + prefill + decode) and as the client sees it (wall);
+2. (the first server) five processes each sending 4 bodies of 100 MB (over the 32 MiB limit: refused before
    they are read), then of 30 MB (under it: read, parsed in a worker thread, refused as invalid):
    statuses, the server's RSS before / at its peak / after, and `GET /health` times idle and while they are
    sent; a 20000x20000 PNG (decompression bomb) request;
-3. (first setting only) a `large_reason` request streamed and not: time to the first content chunk vs the
+3. (a `large_reason` server, one thread) a `large_reason` request streamed and not: time to the first content chunk vs the
    whole answer, and whether the texts are equal.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_serve.py [--threads 1,0] [--requests 20] [--json out.json]
+    .venv/bin/python benchmarks/bench_serve.py [--threads 1,0] [--requests 20] [--json out.json]
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import argparse
 import base64
 import io
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -49,21 +50,26 @@ def _p(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def latency(url: str, n: int) -> dict:
+def latency(urls: dict, n: int) -> dict:
+    """`large_direct` requests, one in flight at a time, alternating between the servers (one per --threads value)
+    so that every setting sees the same machine load; per setting p50 / p90 / coefficient of variation."""
     import httpx
 
-    model_ms, wall_ms = [], []
-    for i in range(n + 2):
-        t0 = time.perf_counter()
-        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": _msg(i)}, timeout=300)
-        wall = (time.perf_counter() - t0) * 1000
-        trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
-        if i >= 2:  # two warm-up requests
-            model_ms.append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
-            wall_ms.append(wall)
-    return {"model_ms_p50": round(statistics.median(model_ms), 1), "model_ms_p90": round(_p(model_ms, 0.9), 1),
-            "model_ms_cv": round(statistics.stdev(model_ms) / statistics.mean(model_ms), 2),
-            "wall_ms_p50": round(statistics.median(wall_ms), 1), "wall_ms_p90": round(_p(wall_ms, 0.9), 1)}
+    model_ms, wall_ms = {k: [] for k in urls}, {k: [] for k in urls}
+    with httpx.Client(timeout=300) as client:
+        for i in range(n + 2):
+            for key, url in urls.items():
+                t0 = time.perf_counter()
+                r = client.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": _msg(i)})
+                wall = (time.perf_counter() - t0) * 1000
+                trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
+                if i >= 2:  # two warm-up rounds
+                    model_ms[key].append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
+                    wall_ms[key].append(wall)
+    return {key: {"model_ms_p50": round(statistics.median(m), 1), "model_ms_p90": round(_p(m, 0.9), 1),
+                  "model_ms_cv": round(statistics.stdev(m) / statistics.mean(m), 2),
+                  "wall_ms_p50": round(statistics.median(wall_ms[key]), 1), "wall_ms_p90": round(_p(wall_ms[key], 0.9), 1)}
+            for key, m in model_ms.items()}
 
 
 _SENDER = """import sys, httpx
@@ -165,6 +171,8 @@ def streaming(url: str) -> dict:
 
 
 def main() -> int:
+    import contextlib
+
     from serve_helpers import serve_process
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,21 +180,26 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    out, tmp = {"threads": {}}, Path(tempfile.mkdtemp())
-    for i, threads in enumerate(args.threads.split(",")):
-        flags = ["--small", str(TOY / "small"), "--large", str(TOY / "large"), "--router", "large_direct", "--threads", threads,
-                 "--log-level", "warning", "--max-direct-tokens", "8", "--max-reason-tokens", "64"]
-        with serve_process(flags, tmp / f"serve-{threads}.log") as (url, proc):
-            out["threads"][threads] = latency(url, args.requests)
-            print(f"--threads {threads}: {out['threads'][threads]}", flush=True)
-            if i == 0:
-                out["big_bodies"] = [big_bodies(url, proc.pid, mb, tmp) for mb in (100, 30)]
-                out["bomb"] = bomb(url)
-                print(f"big bodies: {out['big_bodies']}\nbomb: {out['bomb']}", flush=True)
-        if i == 0:
-            with serve_process([*flags[:4], "--router", "large_reason", *flags[6:]], tmp / "serve-stream.log") as (url, _):
-                out["streaming"] = streaming(url)
-                print(f"streaming: {out['streaming']}", flush=True)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the servers' thread count is what --threads says
+        os.environ.pop(var, None)
+    out, tmp = {}, Path(tempfile.mkdtemp())
+    flags = ["--small", str(TOY / "small"), "--large", str(TOY / "large"), "--log-level", "warning",
+             "--max-direct-tokens", "8", "--max-reason-tokens", "64"]
+    with contextlib.ExitStack() as stack:
+        servers = {t: stack.enter_context(serve_process([*flags, "--router", "large_direct", "--threads", t],
+                                                        tmp / f"serve-{t}.log")) for t in args.threads.split(",")}
+        out["threads"] = latency({t: url for t, (url, _) in servers.items()}, args.requests)
+        for t in servers:  # serve's ready line says how many torch threads it runs
+            line = next(x for x in (tmp / f"serve-{t}.log").read_text().splitlines() if "torch thread" in x)
+            out["threads"][t]["torch_threads"] = int(line.rsplit(", ", 1)[1].split()[0])
+        print(f"threads: {out['threads']}", flush=True)
+        url, proc = next(iter(servers.values()))
+        out["big_bodies"] = [big_bodies(url, proc.pid, mb, tmp) for mb in (100, 30)]
+        out["bomb"] = bomb(url)
+        print(f"big bodies: {out['big_bodies']}\nbomb: {out['bomb']}", flush=True)
+    with serve_process([*flags, "--router", "large_reason", "--threads", "1"], tmp / "serve-stream.log") as (url, _):
+        out["streaming"] = streaming(url)
+        print(f"streaming: {out['streaming']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

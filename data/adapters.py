@@ -1,5 +1,5 @@
-"""Dataset adapters: per benchmark its hub ids, column map, metric, task type, prompt format and row
-converter (`converters.py`). `resolve_adapter` finds the adapter for a hub id or, from its columns, for
+"""Dataset adapters: per benchmark its hub ids, column map, metric, task type, default prompt template and row
+converter (`converters.py`); the known benchmarks default to lmms-eval's post prompts, local data to none. `resolve_adapter` finds the adapter for a hub id or, from its columns, for
 a local data set. Loading itself is in `loading.py`.
 """
 from __future__ import annotations
@@ -31,7 +31,15 @@ class Adapter:
     configs: tuple = field(default=(), metadata={"help": "Hub configs this adapter serves (empty: any)."})
     default_config: str | None = None
     default_split: str = "test"
-    instruction: str | None = field(default=None, metadata={"help": "Post prompt; None -> task default."})
+    instruction: str | None = field(default=None, metadata={"help": "lmms-eval post prompt; None -> task default."})
+    prompt_template: str = field(default="lmms-eval", metadata={
+        "help": "Default prompt template: 'lmms-eval' (known benchmarks) or 'none' (the question as given)."})
+
+    def template(self, name=None):
+        """The PromptTemplate `name` ('none', 'lmms-eval', a format string; None: this adapter's default)."""
+        from ..inference.prompts import PromptTemplate
+
+        return PromptTemplate.parse(self.prompt_template if name is None else name, instruction=self.instruction)
 
     def missing_columns(self, columns) -> list[str]:
         """Required column groups with no member in `columns`, rendered `a` or `a|b`."""
@@ -60,7 +68,8 @@ _ADAPTER_LIST = [
     Adapter("local", "exact_match", "auto",
             {"id": ("sample_id", "id", "question_id"), "question": "question", "answer": ("answers", "answer"),
              "image": ("images", "image"), "options": ("options", "choices")},
-            (("question",), ("answer", "answers"), ("image", "images")), convert_open, default_split="train"),
+            (("question",), ("answer", "answers"), ("image", "images")), convert_open, default_split="train",
+            prompt_template="none"),
     Adapter("chartqa", "relaxed_accuracy", "auto",
             {"question": "question", "answer": "answer", "image": "image", "extra": ("type",)},
             (("question",), ("answer",), ("type",), ("image",)), convert_open,
@@ -119,7 +128,7 @@ _ADAPTER_LIST = [
     Adapter("toyworld", "exact_match", "numeric",
             {"id": "sample_id", "question": "question", "answer": "answer", "image": "image", "extra": ("difficulty",)},
             (("sample_id",), ("question",), ("answer",), ("image",), ("difficulty",), ("reasoning",)), convert_open,
-            default_split="train", instruction=""),
+            default_split="train", instruction="", prompt_template="none"),
 ]
 ADAPTERS: dict[str, Adapter] = {a.name: a for a in _ADAPTER_LIST}
 

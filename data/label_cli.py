@@ -90,4 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging()
     summary = run_labelling(cfg)
     print(summary.line())
+    if summary.samples and summary.errors == summary.samples:
+        print(f"error: every sample failed ({summary.errors} of {summary.samples}); the labels hold no usable row. "
+              "Fix the first errors above (the `error` column has each) and run again.", file=sys.stderr)
+        return 1
     return 0

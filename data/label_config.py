@@ -34,6 +34,10 @@ class LabelConfig:
     adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
     dataset_config: str | None = field(default=None, metadata={"help": "hub data set config, e.g. 'en'"})
     split: str | None = field(default=None, metadata={"help": "data set split (default: the adapter's)"})
+    prompt_template: str | None = field(default=None, metadata={
+        "help": "how questions become prompts: 'none' (as given), 'lmms-eval' (post prompts) or a format string "
+                "with {question} (and {context}, {options}); default: the adapter's (lmms-eval for the known "
+                "benchmarks, none for local data)"})
     limit: int | None = field(default=None, metadata={"help": "label only the first N samples"})
     strategies: tuple | None = field(default=None, metadata={"help": "strategy ids to run (default: all for the K grid)"})
     k_grid: tuple | None = field(default=None, metadata={"help": "K values of transfer_<K> (default 16,32,64,128,256)"})
@@ -89,6 +93,10 @@ class LabelConfig:
         self._check_scale()
         if self.limit is not None and int(self.limit) < 0:
             raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
+        if self.prompt_template is not None:
+            from ..inference.prompts import PromptTemplate
+
+            PromptTemplate.parse(self.prompt_template)  # a bad template fails before any model loads
         self.shard_index, self.shard_count = parse_shard(self.shard)
         self._resolve_strategies()
 

@@ -14,7 +14,8 @@ from ..router.errors import ConfigError, LabelsError
 from .labels import ERROR_COLUMN, check_labels, read_labels, write_labels
 
 log = logging.getLogger(__name__)
-MUST_MATCH = ("models", "strategies", "k_grid", "selector", "prompts", "generation", "threshold", "execution_mode",
+MUST_MATCH = ("models", "strategies", "k_grid", "selector", "prompts", "prompt_template", "generation", "threshold",
+              "execution_mode",
               "latency_source", "cost_profile_sha256", "sample_source", "schema_version")
 
 

@@ -196,8 +196,10 @@ class RayLabeller:
                 try:
                     rows = ray.get(ready[0])
                 except ray.exceptions.RayActorError as exc:
+                    if "creation task" in str(exc):  # a replacement that cannot load its models
+                        raise LabelsError(f"a Ray worker could not load the pipeline: {_short(exc)}") from None
                     queue.appendleft(unit)
-                    worker = self._replace(worker, _short(exc))
+                    worker = self._replace(worker, _short(exc), hello=False)  # the others go on while it loads
                 except ray.exceptions.RayTaskError as exc:
                     raise LabelsError(f"a Ray worker failed: {_short(exc)}") from None
                 else:

@@ -7,7 +7,9 @@ score >= threshold); latencies are composed from the stage records (`data/latenc
 come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
 results, the code the runtime uses. The job around it (`label_job.py`) stores rows crash-safely (`label_parts.py`),
 several samples in flight (`label_runner.py`) or on Ray (`label_ray.py`), and merges them into `--out`.
-The text sent to the models, and stored as `question`, is `Sample.prompt` (question, options, post prompt).
+The text sent to the models, and stored as `question`, is `Sample.prompt`: the question through the prompt template
+(`--prompt-template`; default the adapter's: none for local data, lmms-eval's post prompts for the known
+benchmarks), which the metadata records as `prompt_template` (the router and RoutedVLM apply the same).
 A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
 """
 from __future__ import annotations
@@ -79,10 +81,12 @@ def open_source(cfg: LabelConfig):
     keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
 
     name = local.stem if adapter.name == "local" and local.exists() else adapter.name
+    template = adapter.template(cfg.prompt_template)
 
     def load(position: int, sample_id: str):
         sample = row_to_sample(adapter, ds[int(position)], sample_id)
         sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.template = template
         sample.dataset = name if adapter.name == "local" else sample.dataset
         return sample
 
@@ -206,7 +210,8 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
     from dataclasses import asdict
 
-    from .label_meta import library_versions, now_iso, side_info, scale_info
+    from .adapters import get_adapter
+    from .label_meta import library_versions, now_iso, scale_info, side_info
 
     models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
                               dtype=cfg.dtype, device=device) for side in ("small", "large")}
@@ -215,6 +220,7 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     return {
         **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
+        "prompt_template": get_adapter(source.adapter).template(cfg.prompt_template).to_dict(),
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
         "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,

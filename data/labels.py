@@ -218,19 +218,40 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def labels_files(path) -> list[Path]:
+    """The parquet file(s) of a labels set: one file, a folder of parquet files (what Ray, Spark or Dask write; names
+    starting with '_' or '.' are skipped), or a glob pattern such as 'out/part-*.parquet'."""
+    import glob
+
+    text = str(path)
+    if any(c in text for c in "*?["):
+        files = [Path(f) for f in sorted(glob.glob(text, recursive=True)) if Path(f).is_file()]
+    elif Path(text).is_dir():
+        root = Path(text)
+        files = [f for f in sorted(root.rglob("*.parquet"))
+                 if not any(part.startswith(("_", ".")) for part in f.relative_to(root).parts)]
+    else:
+        files = [Path(text)] if Path(text).is_file() else []
+    if not files:
+        raise LabelsError(f"No labels file at {text!r} (no parquet file matches). Pass a labels.parquet, a folder of "
+                          "parquet files or a glob; write labels with `routedvlm label ... --out FILE`.")
+    return files
+
+
 def _read(path) -> tuple[pd.DataFrame, dict | None, str | None]:
-    """(df, metadata or None when absent, problem with the metadata or None)."""
+    """(df, metadata or None when absent, problem with the metadata or None). Several files are concatenated; their
+    `routedvlm` metadata counts only when every file carries the same."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    if not path.is_file():
-        raise LabelsError(f"No labels file at {str(path)!r}. Write one with `routedvlm label ... --out FILE`.")
+    files = labels_files(path)
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+        tables = [pq.read_table(f) for f in files]
+        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise LabelsError(f"{str(path)!r} is not a readable parquet file ({exc}).") from None
-    raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
+    raws = {(t.schema.metadata or {}).get(METADATA_KEY.encode()) for t in tables}
+    raw = raws.pop() if len(raws) == 1 else None
     df = table.to_pandas()
     if raw is None:
         return df, None, None
@@ -244,7 +265,7 @@ def _read(path) -> tuple[pd.DataFrame, dict | None, str | None]:
 
 
 def read_labels(path) -> tuple[pd.DataFrame, dict]:
-    """(DataFrame, metadata dict) of a labels file; metadata is {} when the file has none. Does not
+    """(DataFrame, metadata dict) of a labels file, folder or glob (`labels_files`); metadata is {} when absent. Does not
     validate: call `check_labels(df, metadata)` (or `validate_labels(path)`)."""
     df, meta, problem = _read(path)
     if problem:
@@ -252,15 +273,16 @@ def read_labels(path) -> tuple[pd.DataFrame, dict]:
     return df, (meta or {})
 
 
-def validate_labels(df_or_path, metadata: dict | None = None) -> list[str]:
+def validate_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
     """Every problem of a labels table or file, one message each (empty list: valid). See labels_validate."""
     from .labels_validate import validate_labels as _validate
 
-    return _validate(df_or_path, metadata)
+    return _validate(df_or_path, metadata, strict=strict)
 
 
-def check_labels(df_or_path, metadata: dict | None = None) -> None:
-    """Raise LabelsError listing every problem when the labels are invalid."""
+def check_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
+    """Raise LabelsError listing every problem when the labels are invalid; returns the warnings (strict=False:
+    the metadata problems of tables written by other tools, see labels_validate)."""
     from .labels_validate import check_labels as _check
 
-    _check(df_or_path, metadata)
+    return _check(df_or_path, metadata, strict=strict)

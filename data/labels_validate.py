@@ -1,7 +1,10 @@
 """Validation of labels.parquet (schema version 1): every problem of a table or file, reported at once.
 
 Failed rows (an `error` value) are excluded from the value checks; sample ids are checked on every row.
-A DataFrame given without metadata skips the metadata checks; a file without metadata is a problem.
+A DataFrame given without metadata skips the metadata checks; a file without metadata is a problem when `strict`
+(`labels validate --strict`, the library default). Not strict (train-router, `labels validate`), the metadata
+problems of a table another tool wrote or filtered (no `routedvlm` metadata, a stale content hash, a K grid or
+candidates the columns no longer match) are warnings: the table itself must still follow the schema.
 """
 from __future__ import annotations
 
@@ -185,14 +188,14 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
     return out, cands
 
 
-def validate_labels(df_or_path, metadata: dict | None = None) -> list[str]:
-    """Every problem of a labels table or file, one message each; [] when valid. For a path the file's
-    own metadata is used (and must exist); for a DataFrame, `metadata` is checked when given."""
-    problems = []
+def inspect_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of a labels table or file. For a path the file's own metadata is used; for a DataFrame,
+    `metadata` is checked when given. Not `strict`, metadata problems are warnings (see the module docstring)."""
+    problems, meta_problems = [], []
     if isinstance(df_or_path, (str, Path)):
         df, file_meta, meta_problem = _read(df_or_path)
         if meta_problem:
-            problems.append(meta_problem)
+            meta_problems.append(meta_problem)
         elif metadata is None:
             metadata = file_meta
         check_meta = not meta_problem
@@ -205,16 +208,23 @@ def validate_labels(df_or_path, metadata: dict | None = None) -> list[str]:
     problems += _row_problems(df, ok)
     candidates = None
     if check_meta:
-        meta_problems, candidates = _metadata_problems(df, metadata)
-        problems += meta_problems
+        found, candidates = _metadata_problems(df, metadata)
+        meta_problems += found
     problems += _label_problems(df, ok, candidates or strategies_in(df))
-    return problems
+    return (problems + meta_problems, []) if strict else (problems, meta_problems)
 
 
-def check_labels(df_or_path, metadata: dict | None = None) -> None:
-    """Raise LabelsError listing every problem when the labels are invalid."""
-    problems = validate_labels(df_or_path, metadata)
+def validate_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
+    """Every problem of a labels table or file, one message each; [] when valid (see `inspect_labels`)."""
+    return inspect_labels(df_or_path, metadata, strict=strict)[0]
+
+
+def check_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
+    """Raise LabelsError listing every problem when the labels are invalid; returns the warnings."""
+    problems, warnings = inspect_labels(df_or_path, metadata, strict=strict)
     if problems:
         name = f"{df_or_path}" if isinstance(df_or_path, (str, Path)) else "The labels table"
+        notes = [f"warning: {w}" for w in warnings]
         raise LabelsError(f"{name} does not follow labels schema version {SCHEMA_VERSION} "
-                          f"({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
+                          f"({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems + notes))
+    return warnings

@@ -142,7 +142,8 @@ def _select(ds, adapter: Adapter, split: str, ids, limit) -> list[int]:
     return [position[w] for w in wanted]
 
 
-def load_samples_with_source(dataset, *, config=None, split=None, limit=None, adapter=None, ids=None):
+def load_samples_with_source(dataset, *, config=None, split=None, limit=None, adapter=None, ids=None,
+                             prompt_template=None):
     """Like `load_samples`, also returning the resolved `SampleSource` (adapter, config, split filled in)."""
     source = SampleSource(dataset, config, split, adapter, limit)
     local = Path(source.dataset).expanduser()
@@ -162,11 +163,13 @@ def load_samples_with_source(dataset, *, config=None, split=None, limit=None, ad
         )
     indices = _select(ds, chosen, split, ids, limit)
     id_col = chosen.column("id", ds.column_names)
+    template = chosen.template(prompt_template)
     samples = []
     for index, row in zip(indices, ds.select(indices)):
         sample_id = str(row[id_col]) if id_col else f"{split}-{index}"
         sample = row_to_sample(chosen, row, sample_id)
         sample.images = [_load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.template = template
         if chosen.name == "local":
             sample.dataset = local.stem if local.exists() else sample.dataset
         samples.append(sample)
@@ -175,13 +178,16 @@ def load_samples_with_source(dataset, *, config=None, split=None, limit=None, ad
     return samples, resolved
 
 
-def load_samples(dataset, *, config=None, split=None, limit=None, adapter=None, ids=None) -> list[Sample]:
+def load_samples(dataset, *, config=None, split=None, limit=None, adapter=None, ids=None,
+                 prompt_template=None) -> list[Sample]:
     """Samples of a data set through its adapter.
 
     `dataset` is a hub id (`lmms-lab/X`, `lmms-lab-encoder/X`, `HuggingFaceM4/ChartQA`,
     `AI4Math/MathVista`, `xai-org/RealworldQA`) or a local parquet/JSONL file, a folder of them, an
     imagefolder, or a `save_to_disk` folder. `limit` keeps the first N rows; `ids` then picks exactly
     those sample ids (in that order) among them. Sample ids are the data set's id column or
-    `<split>-<row>`.
+    `<split>-<row>`. `prompt_template` ('none', 'lmms-eval', a format string with {question}; None: the
+    adapter's default, lmms-eval for the known benchmarks and none for local data) decides `Sample.prompt`.
     """
-    return load_samples_with_source(dataset, config=config, split=split, limit=limit, adapter=adapter, ids=ids)[0]
+    return load_samples_with_source(dataset, config=config, split=split, limit=limit, adapter=adapter, ids=ids,
+                                    prompt_template=prompt_template)[0]

@@ -1,4 +1,5 @@
-"""One benchmark question as the models see it (`Sample.prompt`) and as the scorer grades it.
+"""One benchmark question as the models see it (`Sample.prompt`, through its prompt template) and as the scorer
+grades it.
 
 Images are kept as PIL images or file paths; records (`to_record`) are JSON-safe and keep only paths.
 """
@@ -8,17 +9,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inference.prompts import MC_INSTRUCTION, SHORT_INSTRUCTION, PromptTemplate, default_instruction
 from ..router.errors import DatasetError, one_of
 from .scorers import METRICS
 
 TASK_TYPES = ("multiple_choice", "numeric", "open", "yes_no")
-MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
-SHORT_INSTRUCTION = "Answer the question using a single word or phrase."
-
-
-def default_instruction(task_type: str) -> str:
-    """The lmms-eval style post prompt for a task type."""
-    return MC_INSTRUCTION if task_type == "multiple_choice" else SHORT_INSTRUCTION
+LMMS_EVAL = PromptTemplate.parse("lmms-eval")
+__all__ = ["MC_INSTRUCTION", "SHORT_INSTRUCTION", "TASK_TYPES", "Sample", "default_instruction"]
 
 
 @dataclass
@@ -41,6 +38,9 @@ class Sample:
     prompt_text: str | None = field(
         default=None, metadata={"help": "The exact prompt when the data set ships one (MathVista `query`)."}
     )
+    template: PromptTemplate | None = field(
+        default=None, metadata={"help": "How `prompt` is built; None -> lmms-eval (the loaders set the adapter's)."}
+    )
 
     def __post_init__(self) -> None:
         self.sample_id = str(self.sample_id)
@@ -62,19 +62,11 @@ class Sample:
 
     @property
     def prompt(self) -> str:
-        """The exact text the models are asked: context, question, `A. text` option lines, post prompt."""
-        if self.prompt_text is not None:
-            return self.prompt_text
-        parts = []
-        if self.context.strip():
-            parts.append(self.context.strip())
-        parts.append(self.question.strip())
-        if self.options:
-            parts.extend(f"{letter}. {text}" for letter, text in self.options.items())
-        instruction = default_instruction(self.task_type) if self.instruction is None else self.instruction
-        if instruction:
-            parts.append(instruction)
-        return "\n".join(parts)
+        """The exact text the models are asked: the question through the template ('none': unchanged; lmms-eval:
+        context, question, `A. text` option lines, post prompt)."""
+        return (self.template or LMMS_EVAL).render(
+            self.question, context=self.context, options=self.options, task_type=self.task_type,
+            instruction=self.instruction, prompt_text=self.prompt_text)
 
     def score(self, prediction: str) -> float:
         """This sample's official score for a prediction, in [0, 1]."""
@@ -99,6 +91,7 @@ class Sample:
             "context": self.context,
             "instruction": self.instruction,
             "prompt_text": self.prompt_text,
+            "prompt_template": self.template.to_dict() if self.template is not None else None,
         }
 
     @classmethod
@@ -124,4 +117,5 @@ class Sample:
             context=record.get("context") or "",
             instruction=record.get("instruction"),
             prompt_text=record.get("prompt_text"),
+            template=PromptTemplate.from_dict(record["prompt_template"]) if record.get("prompt_template") else None,
         )

@@ -17,6 +17,7 @@ _LAZY = {
     "build_tiny_vlm": "tiny",
     "build_tiny_pair": "tiny",
     "PromptConfig": "prompts",
+    "PromptTemplate": "prompts",
     "RoutedVLM": "routed",
     "RoutedOutput": "policy_runner",
     "OpenAIVLM": "backends.openai_backend",

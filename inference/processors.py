@@ -1,9 +1,10 @@
 """Load a VLM's processor (tokenizer + PIL image processor) without torchvision.
 
 `AutoProcessor` builds the video processor, which imports torchvision; we build the family's processor
-class without it instead. The tokenizer, the `*ImageProcessorPil` class named by
-`preprocessor_config.json` and the processor's own settings (`processor_config.json`: e.g. SmolVLM
-`image_seq_len`, LLaVA-OneVision `num_image_tokens`) are read from the folder separately.
+class without it instead. The tokenizer, the `*ImageProcessorPil` class named by the image processor's
+settings and the processor's own settings (e.g. SmolVLM `image_seq_len`, LLaVA-OneVision `num_image_tokens`)
+are read from the folder separately. Two layouts: transformers >= 5.2x writes one `processor_config.json`
+holding the image processor's settings under `image_processor`; older ones wrote `preprocessor_config.json`.
 """
 from __future__ import annotations
 
@@ -52,13 +53,23 @@ def without_video(base_name: str):
                 kwargs["video_processor"] = None
             base.__init__(self, image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template, **kwargs)
 
-    _Processor.__name__ = _Processor.__qualname__ = base_name + "NoVideo"
+    # to_dict / save_pretrained keep the kwargs the __init__ signature names (SmolVLM `image_seq_len`, ...): show the
+    # base's signature without the video processor
+    sig = inspect.signature(base.__init__)
+    _Processor.__init__.__signature__ = sig.replace(
+        parameters=[p for name, p in sig.parameters.items() if name != "video_processor"])
+    # saved checkpoints name the real transformers class, so AutoProcessor (with torchvision) loads them too
+    _Processor.__name__, _Processor.__qualname__ = base_name, base_name + "NoVideo"
     return _Processor
 
 
-def _pil_image_processor(folder: pathlib.Path, config: dict):
+def _pil_image_processor(folder: pathlib.Path, config: dict, nested: dict | None = None):
+    """The PIL image processor: from `preprocessor_config.json` (`config`) or, when the folder has none, from the
+    `image_processor` settings nested in `processor_config.json` (`nested`)."""
     import transformers
 
+    if not config and nested:
+        config = nested
     name = config.get("image_processor_type") or ""
     name = name[: -len("Fast")] if name.endswith("Fast") else name
     pil_name = name if name.endswith("Pil") else name + "Pil"
@@ -67,8 +78,10 @@ def _pil_image_processor(folder: pathlib.Path, config: dict):
         raise ModelLoadError(
             f"The image processor {name!r} of {folder} has no PIL variant ({pil_name}) in this transformers; "
             "routedvlm loads processors without torchvision. Use a checkpoint whose preprocessor_config.json "
-            "names a supported image processor."
+            "(or processor_config.json `image_processor`) names a supported image processor."
         )
+    if config is nested:
+        return cls.from_dict({k: v for k, v in config.items() if k != "image_processor_type"})
     return cls.from_pretrained(str(folder))
 
 
@@ -90,7 +103,8 @@ def load_processor(folder, model_type: str):
     base_name = base_name.removesuffix("NoVideo")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        image_processor = _pil_image_processor(folder, pre)
+        nested = extra.get("image_processor") if isinstance(extra.get("image_processor"), dict) else None
+        image_processor = _pil_image_processor(folder, pre, nested)
         cls = without_video(base_name)
         params = inspect.signature(getattr(__import__("transformers"), base_name).__init__).parameters
         kwargs = {k: v for k, v in extra.items() if k in params and k not in _SUB_PROCESSORS and k != "chat_template"}

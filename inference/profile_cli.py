@@ -86,9 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
-    p.add_argument("--plots-dir", type=pathlib.Path, default=None, help="write components.png and crossover.png here")
+    p.add_argument("--plots-dir", type=pathlib.Path, default=None,
+                   help="where to write components.png and crossover.png (default: <out stem>_plots/ beside --out)")
+    p.add_argument("--no-plots", action="store_true", help="write profile.json only")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def default_plots_dir(out: pathlib.Path) -> pathlib.Path:
+    """Where the plots go without --plots-dir: `<out stem>_plots/` beside --out (profile.json -> profile_plots/)."""
+    return out.with_name(f"{out.stem}_plots")
 
 
 def resolve_args(args) -> tuple[dict, list]:
@@ -183,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     _write_json(args.out, profile)
     print(_summary(profile))
     print(f"wrote {args.out}")
-    if args.plots_dir is not None:
+    if not args.no_plots:
         from .profile_plots import plot_components, plot_crossover
 
-        for path in (plot_components(profile, args.plots_dir / "components.png"),
-                     plot_crossover(profile, args.plots_dir / "crossover.png")):
+        plots = args.plots_dir or default_plots_dir(args.out)
+        for path in (plot_components(profile, plots / "components.png"),
+                     plot_crossover(profile, plots / "crossover.png")):
             print(f"wrote {path}")
     return 0
 

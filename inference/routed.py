@@ -4,6 +4,8 @@ The router comes from a folder, an MLflow `models:/name@alias` URI, `"mutual-ver
 id, or a loaded `Router`. A router that fails to load or raises never fails a request: the fallback
 policy (default mutual verification) answers, the cause is logged once, the trace's decision record says so,
 and `health()` reports a router that failed to load or fails on every decision.
+Each question goes through the prompt template the router's labels were made with (`policy.prompt_template`,
+see `prompts.PromptTemplate`), so the models and the features see the text the labeller used.
 """
 from __future__ import annotations
 
@@ -51,11 +53,16 @@ class RoutedVLM:
     text as it decodes (a `RoutedStream`); lists of inputs return a list (processed one after another: both models are shared, so requests are
     serialised by a lock; a server may call one RoutedVLM from many threads; when both sides are remote
     (`VLM.from_openai`) there is no lock and requests run concurrently).
-    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`.
+    `prompt_template`: None (default) applies the router's (the one its labels were made with; none for rules
+    and fixed strategies), or 'none', 'lmms-eval', a format string with {question}, or a PromptTemplate.
+    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`.
     """
 
-    def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None):
+    def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
+                 prompt_template=None):
         from routedvlm.router import load_router
+
+        from .prompts import PromptTemplate
 
         self.pipeline = pipeline
         self.fallback = _load_fallback(fallback)
@@ -67,6 +74,8 @@ class RoutedVLM:
             logger.warning("router %r failed to load (%s); every request uses the fallback %s",
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
+        recorded = getattr(getattr(self.router, "policy", None), "prompt_template", None)
+        self.prompt_template = PromptTemplate.parse(recorded if prompt_template is None else prompt_template)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
         remote = all(getattr(side, "remote", False) for side in (pipeline.small, pipeline.large))
         self.lock = contextlib.nullcontext() if remote else threading.RLock()  # HTTP sides keep no model state
@@ -74,7 +83,7 @@ class RoutedVLM:
     @classmethod
     def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
-                        config: PipelineConfig | None = None, **kwargs) -> "RoutedVLM":
+                        config: PipelineConfig | None = None, prompt_template=None, **kwargs) -> "RoutedVLM":
         """Load both sides and the router.
 
         small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`), `VLM` objects, or
@@ -83,6 +92,7 @@ class RoutedVLM:
         router: a router folder, `models:/name@alias` (default `models:/vlm-router@champion` in the
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
+        prompt_template: see the class docstring (default: the router's).
         kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
         `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
         """
@@ -94,7 +104,7 @@ class RoutedVLM:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
         sides = [_load_side(s, kwargs) for s in (small, large)]
         pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
-        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri)
+        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template)
 
     @property
     def active_router(self):
@@ -110,8 +120,8 @@ class RoutedVLM:
         max_tokens: cap of the final answer (`finish_reason` "length" when it cuts)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self._run(make_request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
-        return self._run(make_request(image, question, messages), max_tokens=max_tokens)
+            return [self._run(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+        return self._run(self._request(image, question, messages), max_tokens=max_tokens)
 
     __call__ = generate
 
@@ -121,7 +131,13 @@ class RoutedVLM:
         The route is decided before the first answer token; an answer the cascade accepted (already decoded
         before the decision) arrives as one delta. Inputs as for `generate` (one request, not a batch)."""
         _check_max_tokens(max_tokens)
-        return RoutedStream(self, make_request(image, question, messages), max_tokens)
+        return RoutedStream(self, self._request(image, question, messages), max_tokens)
+
+    def _request(self, image=None, question=None, messages=None):
+        """A validated Request whose question went through the router's prompt template."""
+        req = make_request(image, question, messages)
+        req.question = self.prompt_template.apply(req.question)
+        return req
 
     def _run(self, req, **kwargs) -> RoutedOutput:
         with self.lock:

@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         kind = int if f.type in ("int", int) else str
         required = f.name in ("small", "large")
         default = None if required else f.default
-        parser.add_argument(flag, type=kind, required=required, default=default, help=f.metadata["help"])
+        shown = f" (default: {default})" if default is not None else ""
+        parser.add_argument(flag, type=kind, required=required, default=default,
+                            help=(f.metadata["help"] + shown).replace("%", "%%"))
     return parser
 
 

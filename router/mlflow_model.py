@@ -1,10 +1,17 @@
 """The router as an MLflow pyfunc model (models-from-code: no pickle); also `log_router_model`.
 
-MLflow executes this file to build the model, so it uses absolute imports only. The model's artifact
-`router` is the router folder; `predict` returns strategy, keep_tokens and p_correct (JSON) per row.
+MLflow executes this file to build the model, so it uses absolute imports only. The model carries everything it
+needs to be rebuilt from the registry alone: the router folder (artifact `router`), routedvlm's own code
+(`code/routedvlm`: the router package, plus the inference package for a lora-probe router) and exact pins of
+public packages only, so `mlflow models serve --env-manager virtualenv` (or `uv`) installs it anywhere. A signature
+names the inputs (the policy's feature columns; a probe also reads `question` and `image`) and the outputs:
+`strategy` (str), `keep_tokens` (int, null unless a `transfer_<K>`) and `p_correct` (strategy -> probability).
+`predict` takes a DataFrame, a dict (one row of scalars, or columns of lists) or a list of row dicts.
 """
 
 import json
+import shutil
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -13,6 +20,16 @@ import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 ROUTER_ARTIFACT = "router"
+PROBE_INPUTS = ("question", "image")
+
+
+def as_frame(model_input) -> pd.DataFrame:
+    """A DataFrame from a DataFrame, a dict of scalars (one row), a dict of lists (columns) or a list of row dicts."""
+    if isinstance(model_input, pd.DataFrame):
+        return model_input
+    if isinstance(model_input, dict) and not any(isinstance(v, (list, tuple, pd.Series)) for v in model_input.values()):
+        return pd.DataFrame([model_input])
+    return pd.DataFrame(model_input)
 
 
 class RouterPyfunc(PythonModel):
@@ -23,36 +40,74 @@ class RouterPyfunc(PythonModel):
 
         self.router = load_router(context.artifacts[ROUTER_ARTIFACT])
 
-    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-        if not isinstance(model_input, pd.DataFrame):
-            model_input = pd.DataFrame(model_input)
-        decisions = self.router.decide_batch(model_input)
+    def predict(self, context, model_input, params=None) -> pd.DataFrame:
+        frame = as_frame(model_input)
+        decisions = self.router.decide_batch(frame)
         return pd.DataFrame(
             {
                 "strategy": [d.strategy for d in decisions],
                 "keep_tokens": pd.array([d.keep_tokens for d in decisions], dtype="Int64"),
-                "p_correct": [json.dumps(d.p_correct) for d in decisions],
+                "p_correct": [{s: float(p) for s, p in d.p_correct.items()} for d in decisions],
             },
-            index=model_input.index,
+            index=frame.index,
         )
 
 
-PROBE_REQUIREMENTS = ("torch", "transformers", "peft", "safetensors", "pillow")
+def router_signature(policy: dict):
+    """Inputs: the feature columns (double; a lora-probe also `question` and `image`, a file path, as strings);
+    outputs: strategy, keep_tokens, p_correct."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import ColSpec, DataType, Map, Schema
+
+    inputs = [ColSpec(DataType.double, name) for name in policy.get("features") or []]
+    if policy.get("router_type") == "lora-probe":
+        inputs += [ColSpec(DataType.string, name) for name in PROBE_INPUTS]
+    outputs = [ColSpec(DataType.string, "strategy"), ColSpec(DataType.long, "keep_tokens", required=False),
+               ColSpec(Map(DataType.double), "p_correct")]
+    return ModelSignature(inputs=Schema(inputs) if inputs else None, outputs=Schema(outputs))
+
+
+def input_example(policy: dict) -> pd.DataFrame | None:
+    """One row of zeros for the signature's feature columns (none for a probe, which needs a real image)."""
+    features = policy.get("features") or []
+    if policy.get("router_type") == "lora-probe" or not features:
+        return None
+    return pd.DataFrame([{name: 0.0 for name in features}])
+
+
+PROBE_REQUIREMENTS = ("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers")
 
 
 def default_pip_requirements(router_type: str | None = None) -> list[str]:
-    """Pinned versions of what loading a router needs (passing these skips MLflow's slow inference); a
-    lora-probe router also needs torch, transformers, peft, safetensors and pillow."""
+    """Exact pins of the public packages loading a router needs (and no routedvlm pin: its code travels with the
+    model); passing these also skips MLflow's slow requirement inference. A lora-probe router also needs torch,
+    transformers, peft, safetensors, pillow and tokenizers (GPU users may override torch's build)."""
     from importlib.metadata import PackageNotFoundError, version
 
     reqs = []
-    names = ("routedvlm", "lightgbm", "pandas", "numpy", "pyarrow")
+    names = ("mlflow-skinny", "lightgbm", "pandas", "numpy")
     for name in names + (PROBE_REQUIREMENTS if router_type == "lora-probe" else ()):
         try:
             reqs.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
             reqs.append(name)
     return reqs
+
+
+def code_folder(router_type: str | None, dst: Path) -> Path:
+    """`dst/routedvlm`: a copy of the installed routedvlm.router package (and routedvlm.inference for a lora-probe
+    router), which MLflow logs as the model's code and puts first on sys.path when it loads the model."""
+    import routedvlm.router
+
+    root = Path(dst) / "routedvlm"
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text('"""routedvlm code logged with a router model (see router/mlflow_model.py)."""\n')
+    packages = ["router"] + (["inference"] if router_type == "lora-probe" else [])
+    for name in packages:
+        src = Path(routedvlm.router.__file__).parent if name == "router" else Path(__import__(
+            f"routedvlm.{name}", fromlist=["_"]).__file__).parent
+        shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return root
 
 
 def log_router_model(router_dir, name: str = "router", *, registered_model_name: str | None = None,
@@ -64,22 +119,30 @@ def log_router_model(router_dir, name: str = "router", *, registered_model_name:
     router_dir = Path(router_dir)
     if not (router_dir / POLICY_FILE).is_file():
         raise RouterError(f"No {POLICY_FILE} in {str(router_dir)!r}; save the router (router.save(dir)) before logging it.")
-    with nullcontext() if mlflow.active_run() else mlflow.start_run():
+    policy = _policy(router_dir)
+    kwargs.setdefault("signature", router_signature(policy))
+    example = input_example(policy)
+    if example is not None:
+        kwargs.setdefault("input_example", example)
+    with tempfile.TemporaryDirectory(prefix="routedvlm-code-") as tmp, \
+            nullcontext() if mlflow.active_run() else mlflow.start_run():
         return mlflow.pyfunc.log_model(
             name=name,
             python_model=str(Path(__file__).resolve()),
             artifacts={ROUTER_ARTIFACT: str(router_dir.resolve())},
-            pip_requirements=pip_requirements or default_pip_requirements(_router_type(router_dir)),
+            code_paths=[str(code_folder(policy.get("router_type"), Path(tmp)))],
+            pip_requirements=pip_requirements or default_pip_requirements(policy.get("router_type")),
             registered_model_name=registered_model_name,
             **kwargs,
         )
 
 
-def _router_type(router_dir: Path) -> str | None:
+def _policy(router_dir: Path) -> dict:
     try:
-        return json.loads((router_dir / "policy.json").read_text()).get("router_type")
-    except (OSError, ValueError, AttributeError):
-        return None
+        data = json.loads((router_dir / "policy.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 mlflow.models.set_model(RouterPyfunc())

@@ -3,7 +3,7 @@
 Validated on construction (every bad field named at once); `save`/`load` read and write the JSON file.
 A file written by a newer routedvlm (higher `format_version`) is refused with a clear RouterError.
 Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py);
-version-1 files keep loading.
+version-1 files keep loading. `prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 MODES = ("cascade", "one-shot")
 PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
 TARGET_KINDS = ("accuracy", "latency_ms")
+PROMPT_TEMPLATES = ("custom", "lmms-eval", "none")  # routedvlm.inference.prompts.TEMPLATE_NAMES
 
 
 def _now() -> str:
@@ -52,6 +53,9 @@ class Policy:
     fallback: str = field(default="large_reason", metadata=_meta("strategy taken when no candidate reaches tau"))
     target: dict = field(default_factory=dict, metadata=_meta("{'kind': 'accuracy'|'latency_ms', 'value': x}"))
     training_data_hash: str = field(default="", metadata=_meta("content hash of the labels trained on"))
+    prompt_template: dict | None = field(default=None, metadata=_meta(
+        "the prompt template the labels were made with (name, text, instructions); RoutedVLM applies it to each "
+        "question. None: questions go to the models as given"))
     metrics: dict = field(default_factory=dict, metadata=_meta("evaluation metrics"))
     params: dict = field(default_factory=dict, metadata=_meta("router-type-specific parameters and model files"))
     model_sha256: dict[str, str] = field(
@@ -85,6 +89,7 @@ class Policy:
         for name in ("metrics", "params"):
             if not isinstance(getattr(self, name), dict):
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
+        out += _template_problems(self.prompt_template)
         out += self._digest_problems()
         for name in ("training_data_hash", "created_at"):
             if not isinstance(getattr(self, name), str):
@@ -219,6 +224,15 @@ class Policy:
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise RouterLoadError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _template_problems(t) -> list[str]:
+    if t is None:
+        return []
+    if not isinstance(t, dict) or set(t) - {"name", "text", "instructions"} or t.get("name") not in PROMPT_TEMPLATES:
+        return [f"`prompt_template` must be None or a dict with `name` one of {one_of(PROMPT_TEMPLATES)} (and `text`, "
+                f"`instructions`), as the labels' metadata records it. Got {t!r}."]
+    return []
 
 
 def _is_strategy(s) -> bool:

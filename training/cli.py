@@ -36,9 +36,10 @@ def _usage() -> str:
     return USAGE.format(commands="\n".join(lines))
 
 
-def _run(module: str, argv: list[str]) -> int:
+def _run(module: str, argv: list[str], **kwargs) -> int:
     from routedvlm.router.errors import RoutedVLMError
 
+    _quiet_progress_when_not_a_tty()
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -47,13 +48,25 @@ def _run(module: str, argv: list[str]) -> int:
             return 2
         raise
     try:
-        return int(mod.main(argv) or 0)
+        return int(mod.main(argv, **kwargs) or 0)
     except RoutedVLMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _quiet_progress_when_not_a_tty() -> None:
+    """Progress bars (ours, transformers', MLflow's: all tqdm) redraw at most every 30 s when stderr is a log file
+    rather than a terminal, instead of on every step (tqdm reads TQDM_* defaults from the environment)."""
+    import os
+
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_MININTERVAL", str(NON_TTY_PROGRESS_SECONDS))
+
+
+NON_TTY_PROGRESS_SECONDS = 30
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; commands are {', '.join(sorted(COMMANDS))}", file=sys.stderr)
         return 2
-    return _run(COMMANDS[name][0], argv[1:])
+    return _run(COMMANDS[name][0], argv[1:], **({"prog": "routedvlm train"} if name == "train" else {}))
 
 
 def train_router_main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """Reading labels for train-router: the file (or the embedded toy labels), validated, plus its metadata.
 
-Validation and the parquet metadata format belong to `routedvlm.data.labels`; this module only adds the
-train-router defaults (embedded toy labels) and a content hash for files that carry none.
+Validation and the parquet metadata format belong to `routedvlm.data.labels`; this module adds the train-router
+defaults (embedded toy labels) and accepts labels from any writer: a file, a folder or a glob of parquet files
+(Ray, Spark), without `routedvlm` metadata or with a stale content hash (both warned about); the content hash
+that the router and MLflow record is always computed from the table as loaded.
 """
 from __future__ import annotations
 
@@ -31,23 +33,37 @@ def resolve_data_path(path) -> tuple[Path, bool]:
                                 f"({embedded} does not exist). Pass --data labels.parquet "
                                 "(write one with `routedvlm label ...`).")
         return embedded, True
-    path = Path(path)
-    if not path.is_file():
+    from routedvlm.data.labels import labels_files
+    from routedvlm.router.errors import LabelsError
+
+    try:
+        labels_files(path)
+    except LabelsError:
         raise TrainingError(f"The labels file {str(path)!r} does not exist. Pass the labels.parquet that "
-                            "`routedvlm label` wrote (--data PATH).")
-    return path, False
+                            "`routedvlm label` wrote, a folder of parquet files or a glob (--data PATH).") from None
+    return Path(path), False
 
 
 def load_labels(path) -> tuple[pd.DataFrame, dict]:
-    """Read and validate a labels file (every problem reported at once; LabelsError), drop failed rows
-    (`error` set); returns (table, metadata + `source_path`, `embedded`, `failed_rows`)."""
+    """Read and validate labels (every problem reported at once; LabelsError), drop failed rows (`error` set);
+    returns (table, metadata + `source_path`, `embedded`, `failed_rows`). Metadata problems (another writer, a
+    filtered table) are warnings; `content_hash` is the table's as loaded (`recorded_content_hash`: the stale one)."""
     from routedvlm.data import labels as schema
 
     path, embedded = resolve_data_path(path)
     if embedded:
         log.warning("no --data given: using the embedded toy labels at %s", path)
     df, metadata = schema.read_labels(path)
-    schema.check_labels(df, metadata)
+    warnings = schema.check_labels(df, metadata, strict=False)
+    actual = schema.content_hash(df)
+    for msg in warnings:
+        log.warning("%s: %s; training on the table as it is (content hash %s, computed on load, is what the router "
+                    "and MLflow record)", path, msg, actual[:16])
+    if metadata.get("content_hash") not in (None, actual):
+        metadata = {**metadata, "recorded_content_hash": metadata["content_hash"]}
+    if warnings and metadata.get("candidates") and not set(metadata["candidates"]) <= set(schema.strategies_in(df)):
+        metadata = {k: v for k, v in metadata.items() if k != "candidates"}
+    metadata = {**metadata, "content_hash": actual}
     if embedded:
         metadata = with_installed_toy_models(metadata)
     failed = schema.failed_rows(df)

@@ -87,7 +87,8 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     candidates, features, paid = _plan(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
-    router = fit_router(config, split, candidates, features, paid, labels_hash)
+    router = fit_router(config, split, candidates, features, paid, labels_hash,
+                        prompt_template=prompt_template_of(metadata))
     log.info("fitted %d LightGBM models; calibrating tau on %d rows", len(router.boosters), len(split.calibration))
     policy = router.policy
     op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
@@ -107,7 +108,9 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
     """(candidates, features, paid stages), after every input check that needs no training. Candidates:
     --strategies, else the labels' metadata `candidates`, else every strategy in the labels."""
     from . import fit as fitmod
+    from .split import check_enough_rows
 
+    check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
@@ -115,7 +118,30 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
     return candidates, features, fitmod.paid_stages_for(features, config.mode)
 
 
-def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str):
+def prompt_template_of(metadata: dict) -> dict | None:
+    """The prompt template the labels were made with (the router applies the same at run time). Labels that
+    routedvlm wrote before it recorded templates used lmms-eval's post prompts with their adapter's instruction
+    (none for the toy world); labels of other writers get None (questions as given), with a warning."""
+    from routedvlm.data.adapters import ADAPTERS
+
+    metadata = metadata or {}
+    if metadata.get("prompt_template") is not None:
+        return metadata["prompt_template"]
+    adapter = ADAPTERS.get(str((metadata.get("sample_source") or {}).get("adapter")))
+    if adapter is not None:
+        template = adapter.template("lmms-eval")
+        if not any(template.instructions.values()):
+            template = adapter.template("none")
+        log.info("the labels record no prompt_template; routedvlm labelled %s data with %r then", adapter.name,
+                 template.name)
+        return template.to_dict()
+    log.warning("the labels' metadata records no prompt_template: the router will send questions to the models "
+                "as given; if the labels' questions had a post prompt added, give RoutedVLM the same text")
+    return None
+
+
+def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str, *,
+               prompt_template: dict | None = None):
     """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
     from routedvlm.router.lightgbm_router import LightGBMRouter
     from routedvlm.router.policy import Policy
@@ -130,7 +156,7 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
         router_type="lightgbm", mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
         expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
         fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
-        training_data_hash=labels_hash,
+        training_data_hash=labels_hash, prompt_template=prompt_template,
         params={"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round},
                 "split": {**split.sizes(), "seed": config.seed}},
     )

@@ -78,7 +78,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     from routedvlm.router.policy import Policy
 
     from .labels_io import content_hash, load_labels
-    from .pipeline import _default_output_dir, _plan, fit_router
+    from .pipeline import _default_output_dir, _plan, fit_router, prompt_template_of
     from .probe_data import attach_samples
     from .probe_fit import set_feature_scaling
     from .split import split_labels
@@ -94,7 +94,8 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     candidates, features, paid = _plan(config, labels)
     data = samples if samples is not None else attach_samples(labels, metadata, config.dataset)
     split = split_labels(data, config.calib_fraction, config.test_fraction, config.seed)
-    template = fit_router(config, split, candidates, features, paid, labels_hash)  # costs, fallback, split params
+    template = fit_router(config, split, candidates, features, paid, labels_hash,  # costs, fallback, split params
+                          prompt_template=prompt_template_of(metadata))
     fields = {k: v for k, v in template.policy.to_dict().items() if k != "created_at"}
     policy = Policy(**{**fields, "router_type": "lora-probe",
                        "params": {"base_model": str(base), "base_hash": weights_hash(base),

@@ -25,15 +25,21 @@ class Split:
         return {"train": len(self.train), "calibration": len(self.calibration), "test": len(self.test)}
 
 
-def split_labels(df: pd.DataFrame, calib_fraction: float = 0.2, test_fraction: float = 0.2, seed: int = 0) -> Split:
-    """Split per dataset (each dataset keeps its share in every part); raises TrainingError if a part is too small."""
+def check_enough_rows(df: pd.DataFrame, failed: int = 0) -> None:
+    """TrainingError unless `df` has the rows the three splits need (checked before anything else)."""
     need = sum(MIN_ROWS.values())
     if len(df) < need:
+        dropped = f" (after dropping {failed} failed sample(s))" if failed else ""
         raise TrainingError(
-            f"The labels have {len(df)} rows; train-router needs at least {need} "
+            f"The labels have {len(df)} usable row(s){dropped}; train-router needs at least {need} "
             f"(train {MIN_ROWS['train']}, calibration {MIN_ROWS['calibration']}, test {MIN_ROWS['test']}). "
             "Label more samples (routedvlm label --limit N)."
         )
+
+
+def split_labels(df: pd.DataFrame, calib_fraction: float = 0.2, test_fraction: float = 0.2, seed: int = 0) -> Split:
+    """Split per dataset (each dataset keeps its share in every part); raises TrainingError if a part is too small."""
+    check_enough_rows(df)
     rng = np.random.default_rng(seed)
     parts = {"train": [], "calibration": [], "test": []}
     ordered = df.sort_values("sample_id", kind="stable")

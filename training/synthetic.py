@@ -143,6 +143,7 @@ def synthetic_metadata(df: pd.DataFrame, seed: int, k_grid=DEFAULT_K_GRID) -> di
         "selector": "prefix",
         "k_grid": list(k_grid),
         "prompts": {},
+        "prompt_template": {"name": "none", "text": None, "instructions": None},
         "scorers": {d: "exact_match" for d in sorted(df["dataset"].unique())},
         "execution": "synthetic",
         "generator": {"module": "routedvlm.training.synthetic", "seed": seed, "rows": len(df)},

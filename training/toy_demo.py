@@ -130,7 +130,7 @@ def live_one(routed, sample, stage_ms=None) -> dict:
     With `stage_ms` (a cost profile) latency_ms prices the stages that ran instead of their wall clock (+ the
     measured feature and decision time)."""
     t0 = time.perf_counter()
-    out = routed.generate(image=sample.images[0], question=sample.prompt)
+    out = routed.generate(image=sample.images[0], question=sample.question)  # RoutedVLM applies the template
     wall = (time.perf_counter() - t0) * 1000
     latency = float(out.latency_ms) if stage_ms is None else out.overhead_ms + sum(
         stage_ms(r["model"], r) for r in out.trace if r["stage"] != "decision")

@@ -18,11 +18,14 @@ EPILOG = """example:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "train-router") -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(
-        prog="train-router", description="Train a router from labels.parquet: fit, calibrate tau, evaluate "
+        prog=prog, description="Train a router from labels.parquet: fit, calibrate tau, evaluate "
         "against baselines, log to MLflow and register it.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"routedvlm {version('routedvlm')}")
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
@@ -54,11 +57,11 @@ def _track(track, config, result, labels) -> dict:
                             f"{result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
     """Parse flags, train, print the evaluation table; RoutedVLMError propagates to the dispatcher (exit 2)."""
     import logging
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     config = TrainConfig(**vars(args))
     logging.basicConfig(level=logging.WARNING, format="[train-router] %(message)s")
     logging.getLogger("routedvlm.training").setLevel(logging.INFO)

@@ -390,3 +390,52 @@ def test_unreadable_file_type_and_no_fitting_adapter(tmp_path):
     (tmp_path / "odd.jsonl").write_text(json.dumps({"prompt": "q", "target": "a"}))
     with pytest.raises(DatasetError, match=r"^No adapter fits a data set with the columns \['prompt', 'target'\]"):
         load_samples(str(tmp_path / "odd.jsonl"))
+
+
+def test_local_questions_go_to_the_models_exactly_as_given(tmp_path):
+    """Local data has no prompt template by default; the known benchmarks default to lmms-eval's post prompts;
+    `prompt_template=` names another (lmms-eval, or a format string with {question}, {context}, {options})."""
+    rows = [{"id": "q1", "image": "a.png", "question": "  What is shown?\n", "answer": "a cat"},
+            {"id": "q2", "image": "a.png", "question": "Which?", "answer": "B", "options": ["x", "y"]}]
+    _img("red").save(tmp_path / "a.png")
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain, mc = load_samples(str(tmp_path / "qa.jsonl"), adapter="local")  # detection alone would take AI2D's layout
+    assert plain.prompt == "  What is shown?\n" and mc.prompt == "Which?"
+    assert plain.template.name == "none" and plain.to_record()["prompt_template"]["name"] == "none"
+    (tmp_path / "plain.jsonl").write_text(json.dumps(rows[0]) + "\n")  # id, image, question, answer: detected local
+    (only,) = load_samples(str(tmp_path / "plain.jsonl"))
+    assert only.prompt == "  What is shown?\n" and only.dataset == "plain"
+    plain, mc = load_samples(str(tmp_path / "qa.jsonl"), adapter="local", prompt_template="lmms-eval")
+    assert plain.prompt == "What is shown?\nAnswer the question using a single word or phrase."
+    assert mc.prompt == "Which?\nA. x\nB. y\nAnswer with the option's letter from the given choices directly."
+    _, mc = load_samples(str(tmp_path / "qa.jsonl"), adapter="local", prompt_template="Q: {question}\n{options}\nLetter:")
+    assert mc.prompt == "Q: Which?\nA. x\nB. y\nLetter:"
+    assert Sample.from_record(mc.to_record()).prompt == mc.prompt
+
+
+def test_bad_prompt_templates_are_config_errors():
+    from routedvlm.inference.prompts import PromptTemplate
+
+    with pytest.raises(ConfigError, match=r"^The `prompt_template` must be 'none', 'lmms-eval' or a format string"):
+        PromptTemplate.parse("short")
+    with pytest.raises(ConfigError, match=r"^The custom prompt template '\{q\}' is invalid: it must contain the "
+                                          r"placeholder \{question\}; unknown placeholder\(s\) \['q'\]"):
+        PromptTemplate.parse("{q}")
+    with pytest.raises(ConfigError, match=r"^The custom prompt template '\{question' is invalid: it is not a valid"):
+        PromptTemplate.parse("{question")
+
+
+def test_runtime_application_of_each_template():
+    """RoutedVLM's side: the user's question through the template the labels recorded."""
+    from routedvlm.data.adapters import get_adapter
+    from routedvlm.inference.prompts import PromptTemplate
+
+    assert PromptTemplate.parse("none").apply(" as is ") == " as is "
+    assert PromptTemplate.parse("{context}{question}!{options}").apply("Why?") == "Why?!"
+    chart = PromptTemplate.from_dict(get_adapter("chartqa").template().to_dict())
+    assert chart.apply("Max?") == "Max?\nAnswer the question using a single word or phrase."
+    local = get_adapter("local").template("lmms-eval")  # instruction by task type: MC when options are listed
+    assert local.apply("Which?\nA. x\nB. y") == "Which?\nA. x\nB. y\nAnswer with the option's letter from the given choices directly."
+    assert local.apply("Max?").endswith("single word or phrase.")
+    assert get_adapter("mathvista").template().apply("the query") == "the query"
+    assert get_adapter("toyworld").template().name == "none"

@@ -203,3 +203,56 @@ def test_written_labels_get_the_usual_permissions(tmp_path):
         assert [p.name for p in tmp_path.iterdir()] == ["labels.parquet"]
     finally:
         os.umask(umask)
+
+
+def _pyarrow_filtered(path, out):
+    """A labels file filtered with pyarrow: the schema (and the routedvlm metadata) is kept, the hash is stale."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    pq.write_table(table.filter(pc.not_equal(table["sample_id"], "s5")), out)
+    return out
+
+
+def test_labels_from_other_writers_are_valid_with_warnings(tmp_path, capsys):
+    """pyarrow-filtered (stale content hash) and pandas-written (no routedvlm metadata) tables: the schema checks
+    pass, the metadata problems are warnings; `--strict` (and the library default) keeps them problems."""
+    good = L.write_labels(make_labels(), tmp_path / "good.parquet", META)
+    filtered = _pyarrow_filtered(good, tmp_path / "filtered.parquet")
+    problems, warnings = L.validate_labels(filtered), None
+    assert len(problems) == 1 and problems[0].startswith("bad content hash")
+    from routedvlm.data.labels_validate import inspect_labels
+
+    assert inspect_labels(filtered, strict=False) == ([], problems)
+    by_pandas = tmp_path / "pandas.parquet"
+    L.read_labels(good)[0].query("sample_id != 's0'").to_parquet(by_pandas)
+    problems, warnings = inspect_labels(by_pandas, strict=False)
+    assert problems == [] and warnings == [
+        "metadata 'routedvlm' is missing; write the file with routedvlm.data.labels.write_labels"]
+    assert labels_main(["validate", str(by_pandas)]) == 0
+    assert "warning: metadata 'routedvlm' is missing" in capsys.readouterr().err
+    assert labels_main(["validate", str(filtered), "--strict"]) == 1
+    assert "bad content hash" in capsys.readouterr().err
+    broken = make_labels().assign(task_type="essay")
+    broken.to_parquet(tmp_path / "broken.parquet")  # schema problems stay problems, with the warnings beside them
+    with pytest.raises(LabelsError, match=r"(?s)unknown task_type value.*warning: metadata 'routedvlm' is missing"):
+        L.check_labels(tmp_path / "broken.parquet", strict=False)
+
+
+def test_a_folder_or_glob_of_parquet_files_is_one_labels_set(tmp_path):
+    """What Ray / Spark write: part files in a folder (with _SUCCESS and .crc side files), read as one table."""
+    df = make_labels()
+    out = tmp_path / "ray_out"
+    out.mkdir()
+    df.iloc[:4].to_parquet(out / "part-00000.parquet")
+    df.iloc[4:].to_parquet(out / "part-00001.parquet")
+    (out / "_SUCCESS").write_text("")
+    (out / ".part-00000.parquet.crc").write_text("crc")
+    for source in (out, f"{out}/part-*.parquet"):
+        back, meta = L.read_labels(source)
+        assert meta == {} and sorted(back["sample_id"]) == sorted(df["sample_id"])
+        assert L.content_hash(back) == L.content_hash(df)
+        assert L.validate_labels(source, strict=False) == []
+    with pytest.raises(LabelsError, match=r"^No labels file at .*no parquet file matches"):
+        L.read_labels(tmp_path / "empty_dir*")

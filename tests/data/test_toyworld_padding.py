@@ -85,3 +85,18 @@ def test_padding_to_a_narrower_or_uneven_width_is_refused():
         padded_text_config(text, 64, 2048)
     with pytest.raises(ConfigError, match=r"^The `hidden` parameter of pad_qwen2vl"):
         padded_text_config(text, 130, 2048)
+
+
+def test_train_models_saves_the_padded_shape_and_the_shipped_pair_has_it(tmp_path):
+    """A (one-step) training run saves what vLLM-CPU serves; so do the shipped checkpoints."""
+    import json
+
+    from routedvlm.data.toyworld.make_labels import checkpoint_pair
+    from routedvlm.data.toyworld.train_models import train_side
+
+    path = train_side("small", tmp_path, steps=1)
+    for folder in (path, *checkpoint_pair()):
+        text = json.loads((folder / "config.json").read_text())["text_config"]
+        head = text["hidden_size"] // text["num_attention_heads"]
+        assert head in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512) and text["max_position_embeddings"] >= 2048
+        assert sum(text["rope_parameters"]["mrope_section"]) == head // 2

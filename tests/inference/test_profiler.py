@@ -166,10 +166,9 @@ def test_cli_on_tiny_models_writes_profile_and_plots(tiny_pair, tmp_path, capsys
     from routedvlm.training.cli import main
 
     torch.set_num_threads(1)
-    out, plots = tmp_path / "profile.json", tmp_path / "plots"
+    out, plots = tmp_path / "profile.json", tmp_path / "profile_plots"  # the plots' default folder, beside --out
     argv = ["profile", "--model", str(tiny_pair[0]), "--model", str(tiny_pair[1]), "--image-sizes", "32,64",
-            "--prompt-tokens", "8,16", "--output-tokens", "1,4", "--repeats", "1", "--out", str(out),
-            "--plots-dir", str(plots), "--no-progress"]
+            "--prompt-tokens", "8,16", "--output-tokens", "1,4", "--repeats", "1", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     prof = json.loads(out.read_text())
     assert prof["format_version"] == 1 and prof["hardware"]["cpu_cores"] >= 1 and prof["versions"]["torch"]

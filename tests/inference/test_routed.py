@@ -146,11 +146,10 @@ def test_from_pretrained_loads_paths_and_splits_config_kwargs(tiny_dir, images):
 
 
 @pytest.mark.slow
-def test_runtime_features_equal_the_labellers_output(tiny_pair, tmp_path):
-    """Same samples, same models and settings: the features RoutedVLM decides on are the labels' feature columns."""
-    import io
-
-    import pandas as pd
+def test_runtime_features_and_answers_equal_the_labellers_output(tiny_pair, tmp_path):
+    """Same samples, same models and settings: labelled from a local JSONL with a custom prompt template, RoutedVLM
+    given the user's raw questions applies the template the router carries, so the features it decides on and its
+    answers are the labels' feature and answer columns."""
     from PIL import Image
 
     from routedvlm.data.label_cli import main as label
@@ -159,30 +158,44 @@ def test_runtime_features_equal_the_labellers_output(tiny_pair, tmp_path):
     from routedvlm.inference.features import feature_names
     from routedvlm.inference.routed import RoutedVLM
 
-    def png(color):
-        buf = io.BytesIO()
-        Image.new("RGB", (64, 48), color).save(buf, format="PNG")
-        return buf.getvalue()
-
-    rows = [{"sample_id": "a", "question": "What color is the bar?", "answer": ["red"], "image": png((200, 30, 30))},
-            {"sample_id": "b", "question": "Is the bar taller than 3? Answer yes or no.", "answer": ["no"],
-             "image": png((20, 90, 200))}]
-    pd.DataFrame(rows).to_parquet(tmp_path / "bars.parquet")
-    out = tmp_path / "labels.parquet"
+    rows = [{"id": "a", "question": "What color is the bar?", "answer": "red", "image": "a.png"},
+            {"id": "b", "question": "Is the bar taller than 3? ", "answer": ["no"], "image": "b.png"}]
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(tmp_path / "a.png")
+    Image.new("RGB", (64, 48), (20, 90, 200)).save(tmp_path / "b.png")
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, template = tmp_path / "labels.parquet", "Look closely. {question}\nOne word."
     small, large = (v.name for v in tiny_pair)
-    assert label(["--small", small, "--large", large, "--dataset", str(tmp_path / "bars.parquet"), "--out", str(out),
+    assert label(["--small", small, "--large", large, "--dataset", str(tmp_path / "qa.jsonl"), "--out", str(out),
                   "--strategies", "small_direct,large_direct,transfer_4", "--k-grid", "4", "--max-new-tokens", "6",
                   "--min-new-tokens", "4", "--max-reason-tokens", "8", "--min-reason-tokens", "4", "--device", "cpu",
-                  "--no-progress"]) == 0
-    table = read_labels(out)[0].set_index("sample_id")
+                  "--no-progress", "--prompt-template", template]) == 0
+    df, meta = read_labels(out)
+    table = df.set_index("sample_id")
+    assert meta["prompt_template"] == {"name": "custom", "text": template, "instructions": None}
+    assert table.loc["b", "question"] == "Look closely. Is the bar taller than 3? \nOne word."
     pipe = CollaborativePipeline(*tiny_pair, k_grid=(4,), max_direct_tokens=6, min_new_tokens=4, max_reason_tokens=8,
                                  min_reason_tokens=4)
-    vlm = RoutedVLM(pipe, every_feature_router("transfer_4"))
+    vlm = RoutedVLM(pipe, every_feature_router("transfer_4", prompt_template=meta["prompt_template"]))
     names = feature_names()
     for row in rows:
-        labelled = table.loc[row["sample_id"]]
-        out_ = vlm(image=Image.open(io.BytesIO(row["image"])), question=labelled["question"])
+        labelled = table.loc[row["id"]]
+        out_ = vlm(image=str(tmp_path / row["image"]), question=row["question"])
         assert out_.decision["features"] == pytest.approx({n: float(labelled[n]) for n in names}, abs=1e-5)
+        assert out_.text == labelled["answer__transfer_4"]
+
+
+def test_the_router_s_prompt_template_is_applied_to_every_question(routed, images, tmp_path):
+    from routedvlm.inference.features import compute_features
+
+    folder = save_prompt_router(tmp_path / "router", {"name": "custom", "text": "{question} Answer briefly.",
+                                                      "instructions": None})
+    out = routed(str(folder))(image=images["square"], question="Color?")
+    assert out.decision["features"] == compute_features("Color? Answer briefly.", [images["square"]],
+                                                        names=[PROMPT_FEATURE])
+    assert routed(str(folder)).prompt_template.name == "custom"
+    plain = routed(str(folder), prompt_template="none")(image=images["square"], question="Color?")
+    assert plain.decision["features"] == {PROMPT_FEATURE: 6.0}  # an explicit template overrides the router's
+    assert routed("large_direct").prompt_template.name == "none"  # rules and fixed strategies add nothing
 
 
 @pytest.mark.slow

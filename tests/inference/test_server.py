@@ -238,6 +238,10 @@ def test_serve_help_is_fast_and_bad_flags_are_errors():
             "print(json.dumps(sorted(k for k in ('torch', 'transformers', 'fastapi') if k in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+    from routedvlm.inference.serve_cli import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "TCP port (default: 8000)" in text and "(default: 127.0.0.1)" in text
     bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
                           "--port", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: The `--port` flag must be a positive integer <= 65535.")

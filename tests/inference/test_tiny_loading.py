@@ -84,3 +84,38 @@ def test_folder_without_a_model_is_a_model_load_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match=r"^Cannot load .*empty' as an image-text-to-text model"):
         VLM.from_pretrained(tmp_path / "empty")
+
+
+def _per_file_layout(folder):
+    """Rewrite a folder saved by `processor.save_pretrained` (transformers >= 5.2x: one processor_config.json with
+    the image processor's settings under `image_processor`) into the layout older transformers wrote:
+    `preprocessor_config.json` with the image processor's settings, processor_config.json with the rest."""
+    combined = json.loads((folder / "processor_config.json").read_text())
+    image = combined.pop("image_processor")
+    combined.pop("video_processor", None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({**image, "processor_class": combined["processor_class"]}))
+    (folder / "processor_config.json").write_text(json.dumps(combined))
+
+
+@pytest.mark.parametrize("layout", ["combined", "per-file"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_checkpoint_saved_with_processor_save_pretrained_loads(arch, layout, tiny_vlm, make_pipeline, images, tmp_path):
+    """What a user's fine-tuning run writes (`model.save_pretrained` + `processor.save_pretrained`) loads again,
+    with the same image processor settings, processor settings and answers."""
+    from routedvlm.inference import VLM
+
+    vlm, out = tiny_vlm(arch), tmp_path / arch
+    vlm.model.save_pretrained(out)
+    vlm.processor.save_pretrained(out)
+    saved = json.loads((out / "processor_config.json").read_text())
+    assert not (out / "preprocessor_config.json").exists() and "image_processor" in saved  # the pinned transformers
+    assert saved["processor_class"] == type(vlm.processor).__mro__[1].__name__  # the real class, not our subclass
+    if layout == "per-file":
+        _per_file_layout(out)
+    again = VLM.from_pretrained(out)
+    assert type(again.processor.image_processor) is type(vlm.processor.image_processor)
+    assert again.processor.image_processor.to_dict() == vlm.processor.image_processor.to_dict()
+    assert again.processor.to_dict() == vlm.processor.to_dict()
+    q = "What colour is the box?"
+    assert make_pipeline(again, again).run(images["wide"], q, "large_direct").answer == \
+        make_pipeline(vlm, vlm).run(images["wide"], q, "large_direct").answer

@@ -140,7 +140,7 @@ def test_routed_vlm_over_vllm_takes_the_local_route(routed, toy_samples):
     routes = []
     for s in toy_samples[:10]:
         a, b = local(image=s.image, question=s.question), remote(image=s.image, question=s.question)
-        assert (b.strategy, b.answer) == (a.strategy, a.answer)
+        assert (b.strategy, b.text) == (a.strategy, a.text)
         routes.append(b.strategy)
     assert "large_direct" in routes
 
@@ -180,7 +180,7 @@ def test_routedvlm_serve_in_front_of_the_vllm_servers(vllm_servers, toy_router, 
             assert resp.status_code == 200, resp.text
             out, ref = resp.json(), routed[0](image=s.image, question=s.question)
             assert resp.headers["x-routedvlm-strategy"] == ref.strategy
-            assert out["choices"][0]["message"]["content"].strip() == ref.answer
+            assert out["choices"][0]["message"]["content"].strip() == ref.text
             assert all(r["remote"] for r in out["routedvlm"]["trace"] if r.get("model")), json.dumps(out)[:500]
     finally:
         proc.terminate()

@@ -3,7 +3,9 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from routedvlm.router import FixedRouter, MutualVerificationRouter, RouterError, load_router
@@ -69,10 +71,22 @@ def test_mlflow_log_register_alias_load(lgbm_router, feature_table, tmp_path, mo
     for source in (f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}", f"models:/{DEFAULT_MODEL_NAME}/{version}", info.model_uri):
         loaded = load_router(source, tracking_uri=uri)
         assert [d.to_dict() for d in loaded.decide_batch(feature_table)] == expected, source
-    out = mlflow.pyfunc.load_model(f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}").predict(feature_table.head(5))
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}")
+    out = pyfunc.predict(feature_table.head(5))
     assert list(out.columns) == ["strategy", "keep_tokens", "p_correct"]
     assert list(out["strategy"]) == [d["strategy"] for d in expected[:5]]
-    assert [json.loads(p) for p in out["p_correct"]] == [d["p_correct"] for d in expected[:5]]
+    assert list(out["p_correct"]) == [d["p_correct"] for d in expected[:5]]  # a real column of dicts, not JSON text
+    assert [None if k is pd.NA else int(k) for k in out["keep_tokens"]] == [d["keep_tokens"] for d in expected[:5]]
+    row = feature_table.iloc[0].to_dict()
+    for given in (row, {k: [v] for k, v in row.items()}, [row]):  # one row as a dict, columns of lists, row dicts
+        assert pyfunc.predict(given)["strategy"].tolist() == [expected[0]["strategy"]]
+    sig = pyfunc.metadata.signature
+    assert sig.inputs.input_names() == list(lgbm_router.policy.features)
+    assert sig.outputs.input_names() == ["strategy", "keep_tokens", "p_correct"]
+    model_dir = Path(mlflow.artifacts.download_artifacts(f"models:/{DEFAULT_MODEL_NAME}/{version}", dst_path=str(tmp_path / "dl")))
+    requirements = (model_dir / "requirements.txt").read_text().split()
+    assert not any(r.startswith("routedvlm") for r in requirements) and all("==" in r for r in requirements)
+    assert (model_dir / "code" / "routedvlm" / "router" / "load.py").is_file()  # the code travels with the model
     with pytest.raises(RouterError, match=r"^Cannot download router 'models:/vlm-router@nobody'"):
         load_router(f"models:/{DEFAULT_MODEL_NAME}@nobody", tracking_uri=uri)
 

@@ -24,4 +24,5 @@ def trained(synthetic_df, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("trained")
     config = TrainConfig(output_dir=str(out), no_mlflow=True, num_boost_round=120)
-    return train_router(config, synthetic_df.copy(), {"content_hash": "synthetic-0"})
+    template = {"name": "custom", "text": "{question} Be brief.", "instructions": None}
+    return train_router(config, synthetic_df.copy(), {"content_hash": "synthetic-0", "prompt_template": template})

@@ -24,6 +24,33 @@ def test_help_is_fast_and_imports_no_heavy_module():
                  "--register-as", "--promote", "--no-register", "--tracking-uri", "--output-dir", "--seed"):
         assert flag in out.stdout
     assert "example:\n  train-router --data labels.parquet" in out.stdout
+    assert out.stdout.startswith("usage: routedvlm train ")  # the name it was called by
+
+
+def test_train_router_help_and_version_name_the_command(capsys):
+    from importlib.metadata import version
+
+    from routedvlm.training.cli import train_router_main
+
+    for argv, call in ((["--help"], train_router_main), (["--version"], train_router_main),
+                       (["train", "--version"], main)):
+        with pytest.raises(SystemExit) as exc:
+            call(argv)
+        assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: train-router ") and out.count(f"routedvlm {version('routedvlm')}\n") == 2
+    assert main(["--version"]) == 0 and capsys.readouterr().out == f"routedvlm {version('routedvlm')}\n"
+
+
+def test_progress_bars_redraw_rarely_when_stderr_is_not_a_terminal():
+    """`make demo > log` used to get ~1,150 bar updates; through the routedvlm command a log file now gets one redraw
+    every 30 s at most (tqdm reads TQDM_MININTERVAL when it is imported, after the dispatcher set it)."""
+    code = ("import time\nfrom routedvlm.training import cli\ncli._quiet_progress_when_not_a_tty()\n"
+            "from tqdm.auto import tqdm\nfor _ in tqdm(range(200)):\n    time.sleep(0.002)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TQDM_MININTERVAL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("\r") <= 3  # first draw and close; a terminal bar (every 0.1 s) redraws 4+ times in 0.4 s
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +96,10 @@ BAD = [
     ("nan feature", _nan_feature, r"Feature columns with NaN or non-numeric values \(rows affected\): "
                                   r"\{'feat__prompt__question_words': 134\}"),
     ("constant feature", _constant_feature, r"Constant feature columns \['feat__prompt__option_count'\]"),
-    ("too few rows", lambda df: df.head(60), r"The labels have 60 rows; train-router needs at least 80"),
+    ("too few rows", lambda df: df.head(60), r"The labels have 60 usable row\(s\); train-router needs at least 80"),
+    # the row count comes first: dropping constant features or finding no correct candidate would not help
+    ("six rows", lambda df: _constant_feature(df.head(6)), r"error: The labels have 6 usable row\(s\); train-router needs at least 80"),
+    ("empty", lambda df: df.head(0), r"error: The labels have 0 usable row\(s\); train-router needs at least 80"),
 ]
 
 
@@ -128,3 +158,35 @@ def test_without_data_uses_the_embedded_labels_and_says_so(base_df, tmp_path, ca
     assert rc == 0
     assert f"read 400 labelled samples from the embedded toy labels {path}" in out.err
     assert "learned (tau=" in out.out and (tmp_path / "out" / "router" / "policy.json").is_file()
+
+
+@pytest.mark.parametrize("writer", ["pyarrow-filtered", "pandas", "ray-folder", "glob"])
+def test_labels_from_any_writer_train_with_a_warning(writer, base_df, tmp_path, capsys, caplog):
+    """A filtered table (stale content hash), one written by pandas (no routedvlm metadata) or a folder / glob of
+    part files trains; the warning names what is missing, and the hash recorded is the table's as loaded."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from routedvlm.data.labels import content_hash, read_labels
+
+    good = _write(base_df, tmp_path / "good.parquet")
+    table = pq.read_table(good)
+    data, warning = tmp_path / "labels.parquet", "metadata 'routedvlm' is missing"
+    if writer == "pyarrow-filtered":
+        pq.write_table(table.filter(pc.not_equal(table["dataset"], "__none__")).slice(0, 300), data)
+        warning = "bad content hash"
+    elif writer == "pandas":
+        table.to_pandas().iloc[:300].to_parquet(data)
+    else:
+        folder = tmp_path / "out"
+        folder.mkdir()
+        for i in range(3):
+            table.slice(i * 100, 100).to_pandas().to_parquet(folder / f"part-{i:05d}.parquet")
+        (folder / "_SUCCESS").write_text("")
+        data = folder if writer == "ray-folder" else f"{folder}/part-*.parquet"
+    rc = main(["train", "--data", str(data), "--no-mlflow", "--num-boost-round", "10", "--output-dir",
+               str(tmp_path / "r")])
+    assert rc == 0, capsys.readouterr().err
+    assert warning in caplog.text and "training on the table as it is" in caplog.text
+    policy = json.loads((tmp_path / "r" / "router" / "policy.json").read_text())
+    assert policy["training_data_hash"] == content_hash(read_labels(data)[0]) != read_labels(good)[1]["content_hash"]

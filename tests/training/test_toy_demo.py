@@ -190,7 +190,7 @@ def test_demo_cost_profile_prices_labels_and_live_answers(tmp_path):
     out = SimpleNamespace(text="12", strategy="large_direct", fallback=False, overhead_ms=0.5, latency_ms=17.5,
                           trace=[rec, {"stage": "decision", "features_ms": 0.2, "decision_ms": 0.3}])
     routed = SimpleNamespace(generate=lambda image, question: out)
-    sample = SimpleNamespace(sample_id="s", images=[None], prompt="q", score=lambda answer: 1.0)
+    sample = SimpleNamespace(sample_id="s", images=[None], question="q", prompt="q", score=lambda answer: 1.0)
     assert live_one(routed, sample)["latency_ms"] == 17.5  # wall clock by default
     assert live_one(routed, sample, stage_ms)["latency_ms"] == pytest.approx(0.5 + 1100)
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from routedvlm.router.load import load_router
+from routedvlm.router.policy import Policy
 
 
 def _row(ev, kind=None, name=None):
@@ -71,6 +72,8 @@ def test_policy_records_mode_costs_and_provenance(trained):
     assert p.expected_cost_ms["large_direct"] == 0.0
     assert p.expected_cost_ms["transfer_16"] < p.expected_cost_ms["transfer_256"] < p.expected_cost_ms["large_reason"]
     assert p.fallback == "large_reason" and p.training_data_hash == "synthetic-0"
+    assert p.prompt_template == {"name": "custom", "text": "{question} Be brief.", "instructions": None}
+    assert Policy.load(trained.output_dir / "router").prompt_template == p.prompt_template  # RoutedVLM applies it
     assert p.metrics["test_target_met"] in (True, False)
     assert p.target == {"kind": "accuracy", "value": 0.98, "calibration_margin": 1.0}
     assert p.metrics["calibration_margin"] == 1.0 and p.metrics["calibration_rows"] > 0

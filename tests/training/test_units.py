@@ -97,7 +97,7 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
     share = a.test["dataset"].value_counts(normalize=True)
     assert share.sub(synthetic_df["dataset"].value_counts(normalize=True)).abs().max() < 0.02
-    with pytest.raises(TrainingError, match=r"^The labels have 50 rows; train-router needs at least 80"):
+    with pytest.raises(TrainingError, match=r"^The labels have 50 usable row\(s\); train-router needs at least 80"):
         split_labels(synthetic_df.head(50))
 
 
@@ -131,3 +131,20 @@ def test_synthetic_labels_follow_the_schema_and_the_documented_process(synthetic
     # escalation after large_direct is cheaper than the one-stage transfer (the cached prefix)
     assert (df["latency_ms__escalate_64"] < df["latency_ms__transfer_64"]).all()
     assert np.isfinite(df.filter(like="feat__").to_numpy()).all()
+
+
+def test_prompt_template_of_the_labels(caplog):
+    """The router carries the labels' template; labels routedvlm wrote before templates were recorded used lmms-eval
+    post prompts with their adapter's instruction (none for the toy world); other writers' labels: None, warned."""
+    import logging
+
+    from routedvlm.training.pipeline import prompt_template_of
+
+    custom = {"name": "custom", "text": "{question}?", "instructions": None}
+    assert prompt_template_of({"prompt_template": custom}) == custom
+    chart = prompt_template_of({"sample_source": {"dataset": "lmms-lab/ChartQA", "adapter": "chartqa"}})
+    assert chart["name"] == "lmms-eval" and chart["instructions"]["open"].startswith("Answer the question using")
+    assert prompt_template_of({"sample_source": {"dataset": "x.parquet", "adapter": "toyworld"}})["name"] == "none"
+    with caplog.at_level(logging.WARNING, logger="routedvlm.training.pipeline"):
+        assert prompt_template_of({}) is None
+    assert "records no prompt_template" in caplog.text

@@ -35,7 +35,7 @@ def main() -> None:
         t_train = time.perf_counter() - t0
         router = load_router(Path(tmp) / "out" / "router")
         t_mlflow = _time_mlflow(res, df, Path(tmp)) if args.mlflow else None
-    rows = [r for r in res.test[router.policy.features].to_dict(orient="records")]
+    rows = [r for r in res.test[router.policy.decision_features].to_dict(orient="records")]
     for r in rows[:50]:  # warm-up
         router.decide(r)
     times = []
@@ -50,7 +50,7 @@ def main() -> None:
     print(f"rows={args.rows} mode={args.mode} strategies={len(router.policy.strategies)} "
           f"features={len(router.policy.features)} split={ev['split']}")
     print(f"generate labels      {t_gen:8.2f} s")
-    print(f"train-router (no MLflow: split, fit, calibrate, evaluate, save, plot)  {t_train:8.2f} s  "
+    print(f"train-router (no MLflow: split, fit, certify, evaluate, save, plot)  {t_train:8.2f} s  "
           f"(goal < 60 s: {60 / t_train:.1f}x headroom)")
     if t_mlflow is not None:
         print(f"MLflow log + register (import, run, dataset input, pyfunc model, alias)  {t_mlflow:8.2f} s")

@@ -14,6 +14,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from routedvlm.router.decision_rules import uses_model
 from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy
 
 from . import final_answer, streaming
@@ -94,9 +95,10 @@ class PolicyRunner:
     def _decide(self, router, req, ran):
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
-        feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.features)
+        feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         hook = getattr(router, "runtime_inputs", None)  # a router that reads the sample itself (the LoRA probe)
+        hook = hook if hook and uses_model(router.policy.decision_rule) else None
         decision = router.decide({**feats, **hook(req, ran, self.pipeline)} if hook else feats)
         t2 = time.perf_counter()
         return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000

@@ -1,17 +1,17 @@
 """The Router interface: one abstract scoring method (P(correct) per strategy) plus concrete decisions.
 
 Subclasses implement `predict_proba` and, for their model files, `_save_files` / `_from_folder`.
-The decision rule itself lives in `decision.py` and is shared by every router type.
+The decision rules live in `decision_rules.py` (the policy's `rule`) and are shared by every router type.
 """
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
 
-from .decision import Decision, choose, choose_one, cost_order, keep_tokens_of
+from .decision import Decision, cost_order, keep_tokens_of
+from .decision_rules import apply_rule, apply_rule_one, describe, tau_rule, uses_model
 from .errors import RouterError
 from .policy import Policy
 from .strategies import feature_stages
@@ -55,16 +55,18 @@ class Router(ABC):
     # ---- decisions ----
     @property
     def required_stages(self) -> set[str]:
-        """Stages that must run before deciding: `paid_stages` plus every stage a feature needs
+        """Stages that must run before deciding: `paid_stages` plus every stage a decision feature needs
         ('prompt' excluded: prompt features are free)."""
         stages = set(self.policy.paid_stages)
-        for f in self.policy.features:
+        for f in self.policy.decision_features:
             stages.update(feature_stages(f))
         stages.discard("prompt")
         return stages
 
-    def check_features(self, columns) -> None:
-        missing = [f for f in self.policy.features if f not in columns]
+    def check_features(self, columns, names=None) -> None:
+        """RouterError unless `columns` hold every decision feature (or every one of `names`)."""
+        names = self.policy.decision_features if names is None else names
+        missing = [f for f in names if f not in columns]
         if missing:
             raise RouterError(
                 f"The router needs feature(s) {missing}, missing from the input (given {sorted(map(str, columns))}). "
@@ -76,8 +78,9 @@ class Router(ABC):
         if not isinstance(features, dict):
             raise RouterError(f"decide() takes a dict of features. Got {type(features).__name__}; use decide_batch for a DataFrame.")
         self.check_features(features)
-        p = self._proba_row(features)
-        strategy, reason = choose_one(p, self._cost_order(), self.policy.tau, self.policy.fallback)
+        rule = self.policy.decision_rule
+        p = self._proba_row(features) if uses_model(rule) else {}
+        strategy, reason = apply_rule_one(rule, p, features, self._cost_order(), self._costs, self.policy.fallback)
         return Decision(strategy, keep_tokens_of(strategy), p, reason)
 
     def _inputs(self, df):
@@ -86,21 +89,32 @@ class Router(ABC):
         return df[self.policy.features]
 
     def decide_batch(self, df) -> list[Decision]:
+        """One Decision per row of `df`, the same as `decide` on each row."""
         self.check_features(df.columns)
-        proba = self.predict_proba(self._inputs(df))
-        chosen = choose(proba, self._costs, self.policy.tau, self.policy.fallback)
-        records = proba.to_dict(orient="records")
+        rule = self.policy.decision_rule
+        proba = self.predict_proba(self._inputs(df)) if uses_model(rule) else None
+        chosen = apply_rule(rule, proba, df, self._cost_order(), self._costs, self.policy.fallback)
+        records = proba.to_dict(orient="records") if proba is not None else [{}] * len(df)
+        rows = df.to_dict(orient="records") if rule["name"] == "mutual-verification" else [{}] * len(df)
         out = []
-        for strategy, p in zip(chosen, records):
+        for strategy, p, row in zip(chosen, records, rows):
             p = {s: float(v) for s, v in p.items()}
-            accepted = any(v >= self.policy.tau for v in p.values() if not math.isnan(v))
-            out.append(Decision(str(strategy), keep_tokens_of(strategy), p, "p>=tau" if accepted else "fallback"))
+            _, reason = apply_rule_one(rule, p, row, self._cost_order(), self._costs, self.policy.fallback)
+            out.append(Decision(str(strategy), keep_tokens_of(strategy), p, reason))
         return out
 
+    def choices(self, df, rule: dict | None = None, proba=None) -> np.ndarray:
+        """Chosen strategy ids for every row under `rule` (default: the policy's); `proba` reuses a
+        `predict_proba(df)` table (calibration sweeps score the rows once)."""
+        rule = rule or self.policy.decision_rule
+        if proba is None and uses_model(rule):
+            self.check_features(df.columns, self.policy.features)
+            proba = self.predict_proba(self._inputs(df))
+        return apply_rule(rule, proba, df, self._cost_order(), self._costs, self.policy.fallback)
+
     def decide_with_tau(self, df, tau: float) -> np.ndarray:
-        """Chosen strategy ids for every row at threshold `tau` (for calibration sweeps)."""
-        self.check_features(df.columns)
-        return choose(self.predict_proba(self._inputs(df)), self._costs, tau, self.policy.fallback)
+        """Chosen strategy ids for every row under the tau-rule at `tau` (for tau sweeps)."""
+        return self.choices(df, tau_rule(tau))
 
     # ---- persistence ----
     def save(self, directory) -> Path:
@@ -147,4 +161,4 @@ class Router(ABC):
 
     def __repr__(self) -> str:
         p = self.policy
-        return f"{type(self).__name__}(type={p.router_type!r}, mode={p.mode!r}, strategies={p.strategies}, tau={p.tau:g})"
+        return f"{type(self).__name__}(type={p.router_type!r}, mode={p.mode!r}, strategies={p.strategies}, rule={describe(p.decision_rule)!r})"

@@ -56,7 +56,7 @@ class LightGBMRouter(Router):
     def predict_proba(self, features):
         import pandas as pd
 
-        self.check_features(features.columns)
+        self.check_features(features.columns, self.policy.features)
         x = self._matrix(features)
         out = {}
         for s in self.policy.strategies:

@@ -26,6 +26,7 @@ import numpy as np
 
 from .base import Router
 from .checkpoints import weights_hash
+from .decision_rules import uses_model
 from .errors import RouterError, RouterLoadError
 from .policy import Policy
 from .probe_files import adapter_files, load_probe, read_plain, save_probe
@@ -243,8 +244,10 @@ class LoRAProbeRouter(Router):
         self._shareable: dict[str, bool] = {}
         super().__init__(policy)
 
-    def check_features(self, columns) -> None:
-        super().check_features(columns)
+    def check_features(self, columns, names=None) -> None:
+        super().check_features(columns, names)
+        if names is None and not uses_model(self.policy.decision_rule):
+            return  # the rule reads no P(correct): the probe does not run
         cols = set(columns)
         missing = [k for k in ("image", "question") if k not in cols and not (k == "image" and "images" in cols)]
         if missing:
@@ -258,7 +261,7 @@ class LoRAProbeRouter(Router):
     def predict_proba(self, features):
         import pandas as pd
 
-        self.check_features(features.columns)
+        self.check_features(features.columns, self.policy.features)
         rows = features.to_dict(orient="records")
         values = np.stack([self.net.p_correct(r)[0] for r in rows]) if rows else np.zeros((0, len(self.net.strategies)))
         return pd.DataFrame(values, index=features.index, columns=self.policy.strategies)

@@ -1,9 +1,11 @@
-"""The content of a router's `policy.json`: candidates, costs, features, tau, fallback, target, provenance.
+"""The content of a router's `policy.json`: candidates, costs, features, decision rule, fallback, target and its
+certificate, provenance.
 
 Validated on construction (every bad field named at once); `save`/`load` read and write the JSON file.
 A file written by a newer routedvlm (higher `format_version`) is refused with a clear RouterError.
-Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py);
-version-1 files keep loading. `prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
+Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py), the
+decision `rule` (decision_rules.py) and its `certificate`; version-1 files keep loading (as the tau-rule at `tau`).
+`prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
@@ -24,7 +27,8 @@ MAX_POLICY_BYTES = 64 << 20  # a policy.json beyond this is not one train-router
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 MODES = ("cascade", "one-shot")
 PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
-TARGET_KINDS = ("accuracy", "latency_ms")
+TARGET_KINDS = ("accuracy", "latency_ms", "min_accuracy")
+CERTIFICATE_KEYS = ("bound", "delta", "method", "n")
 PROMPT_TEMPLATES = ("custom", "lmms-eval", "none")  # routedvlm.inference.prompts.TEMPLATE_NAMES
 
 
@@ -49,9 +53,15 @@ class Policy:
     )
     paid_stages: list[str] = field(default_factory=list, metadata=_meta("stages run before deciding"))
     features: list[str] = field(default_factory=list, metadata=_meta("feature columns, in model order"))
-    tau: float = field(default=0.5, metadata=_meta("P(correct) threshold of the decision rule"))
+    tau: float = field(default=0.5, metadata=_meta("P(correct) threshold of the tau-rule (its `param`)"))
+    rule: dict = field(default_factory=dict, metadata=_meta(
+        "decision rule {'name': 'tau'|'lagrangian'|'binary'|'mutual-verification'|'fixed', 'param': x, ...}; "
+        "empty: the tau-rule at `tau` (router/decision_rules.py)"))
     fallback: str = field(default="large_reason", metadata=_meta("strategy taken when no candidate reaches tau"))
-    target: dict = field(default_factory=dict, metadata=_meta("{'kind': 'accuracy'|'latency_ms', 'value': x}"))
+    target: dict = field(default_factory=dict, metadata=_meta(
+        "{'kind': 'accuracy' (a fraction of the best strategy's) | 'min_accuracy' | 'latency_ms', 'value': x}"))
+    certificate: dict = field(default_factory=dict, metadata=_meta(
+        "how the rule was calibrated: delta, n (calibration rows), bound, method, ... (training/certify.py)"))
     training_data_hash: str = field(default="", metadata=_meta("content hash of the labels trained on"))
     prompt_template: dict | None = field(default=None, metadata=_meta(
         "the prompt template the labels were made with (name, text, instructions); RoutedVLM applies it to each "
@@ -68,6 +78,10 @@ class Policy:
         self.paid_stages = list(self.paid_stages)
         self.features = list(self.features)
         self.expected_cost_ms = {str(k): v for k, v in dict(self.expected_cost_ms).items()}
+        if isinstance(self.rule, dict) and (not self.rule or self.rule.get("name") == "tau"):
+            if self.rule and isinstance(self.rule.get("param"), (int, float)):
+                self.tau = self.rule["param"]  # the tau-rule's parameter lives in `tau`
+            self.rule = {"name": "tau", **{k: v for k, v in self.rule.items() if k != "param"}}
         problems = self.problems()
         if problems:
             raise RouterError("Invalid policy:\n  - " + "\n  - ".join(problems))
@@ -86,7 +100,8 @@ class Policy:
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
             out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
         out += self._target_problems()
-        for name in ("metrics", "params"):
+        out += self._rule_problems()
+        for name in ("metrics", "params", "certificate"):
             if not isinstance(getattr(self, name), dict):
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
         out += _template_problems(self.prompt_template)
@@ -131,7 +146,9 @@ class Policy:
         elif self.mode == "cascade" and not self.paid_stages:
             out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got [].")
         allowed = {"prompt", *self.paid_stages}
-        for feat in self.features:
+        model_features = self.features if not isinstance(self.rule, dict) or self.rule.get("name") not in (
+            "fixed", "mutual-verification") else []  # a rule that reads no model needs none of its features
+        for feat in model_features:
             try:
                 stages = feature_stages(feat)
             except UnknownStrategyError as exc:
@@ -146,6 +163,35 @@ class Policy:
         if len(set(self.features)) != len(self.features):
             out.append(f"`features` must not repeat names. Got {self.features}.")
         return out
+
+    def _rule_problems(self) -> list[str]:
+        if not isinstance(self.rule, dict):
+            return [f"`rule` must be a dict like {{'name': 'lagrangian', 'param': 0.001}}. Got {self.rule!r}."]
+        out = rule_problems(self.decision_rule, self.strategies)
+        if out:
+            return out
+        unpaid = [s for s in rule_stages(self.rule) if s not in self.paid_stages]
+        if unpaid:
+            out.append(f"`rule` {self.rule['name']!r} needs stage(s) {unpaid} before deciding; they are not in "
+                       f"`paid_stages` {self.paid_stages}. Add them there (mode 'cascade').")
+        c = self.certificate
+        if isinstance(c, dict) and c:
+            missing = [k for k in CERTIFICATE_KEYS if k not in c]
+            if missing:
+                out.append(f"`certificate` lacks {missing}; a certificate records {list(CERTIFICATE_KEYS)}.")
+        return out
+
+    @property
+    def decision_rule(self) -> dict:
+        """The rule in force, with the tau-rule's parameter taken from `tau`."""
+        return {**self.rule, "param": self.tau} if self.rule.get("name") == "tau" else dict(self.rule)
+
+    @property
+    def decision_features(self) -> list[str]:
+        """The features a decision reads: the model's (when the rule reads the model) plus the rule's own."""
+        rule = self.decision_rule
+        base = list(self.features) if uses_model(rule) else []
+        return base + [f for f in rule_features(rule) if f not in base]
 
     def _digest_problems(self) -> list[str]:
         d = self.model_sha256
@@ -171,7 +217,9 @@ class Policy:
 
     # ---- JSON I/O ----
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["rule"] = self.decision_rule
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "policy") -> "Policy":

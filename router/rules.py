@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from .base import Router
+from .decision_rules import AGREE_FEATURE
 from .errors import RouterError, one_of
 from .policy import Policy
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
 
-AGREE_FEATURE = "feat__large_direct+small_direct__agree"
 MV_CHECKS = (SMALL_DIRECT,)
 DEFAULT_MV_KEEP_TOKENS = 64
 

@@ -8,8 +8,8 @@ from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
 ROUTER_KINDS = ("lightgbm", "lora-probe")
-DEFAULT_TARGET_ACCURACY = 0.98
-DEFAULT_CALIBRATION_MARGIN = 1.0  # standard errors (training/calibrate.py)
+DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
+DEFAULT_DELTA = 0.1
 
 
 def _f(default, help: str, **kw):
@@ -33,13 +33,15 @@ class TrainConfig:
                                  "small VLM that reads the image and question; see training/probe.py)", choices=ROUTER_KINDS)
     mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
                    choices=MODES)
-    target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's accuracy "
-                                             f"on the calibration split (default {DEFAULT_TARGET_ACCURACY} when no "
-                                             "--max-latency-ms)")
-    max_latency_ms: float | None = _f(None, "mean realized latency budget in ms (instead of --target-accuracy)")
-    calibration_margin: float = _f(DEFAULT_CALIBRATION_MARGIN, "accuracy target: tau must meet it by this many "
-                                   "binomial standard errors on the calibration split (acc - m*sqrt(acc(1-acc)/n) "
-                                   ">= required); 0: the bare calibration accuracy")
+    target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's (the "
+                                             "candidate most accurate on the training rows), certified as its regret "
+                                             f"(default {DEFAULT_TARGET_ACCURACY} when no other target is given)")
+    min_accuracy: float | None = _f(None, "absolute accuracy target in (0, 1), certified as the error rate (instead "
+                                          "of --target-accuracy)")
+    max_latency_ms: float | None = _f(None, "mean realized latency budget in ms (instead of --target-accuracy; "
+                                            "not certified)")
+    delta: float = _f(DEFAULT_DELTA, "Learn-then-Test level: the accuracy target holds on new traffic from the same "
+                                     "distribution with probability >= 1 - delta over the calibration rows")
     strategies: list[str] | None = _f(None, "comma-separated candidate strategy ids (default: every strategy in the labels)")
     features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
                                           "small_direct) or prefixes ending in '*' (default: what the mode allows, "
@@ -48,8 +50,6 @@ class TrainConfig:
                                         "beside large_direct on every sample)")
     fallback: str | None = _f(None, "strategy used when no candidate reaches tau (default: large_reason if a "
                                     "candidate, else the most accurate candidate)")
-    baseline_k: int = _f(64, "K of the fixed-K baselines (mutual verification, always-transfer); the nearest K "
-                             "in the labels is used")
     register_as: str = _f("vlm-router", "registered model name in the MLflow model registry")
     promote: bool = _f(False, "set the 'champion' alias even if the current champion is better")
     no_register: bool = _f(False, "log the run to MLflow but do not register the model")
@@ -80,20 +80,24 @@ class TrainConfig:
         problems = []
         if self.mode not in MODES:
             problems.append(f"`mode` must be {one_of(MODES)}; got {self.mode!r}")
-        if self.target_accuracy is not None and self.max_latency_ms is not None:
-            problems.append("give exactly one of `target_accuracy` and `max_latency_ms`; got both")
-        if self.target_accuracy is None and self.max_latency_ms is None:
+        given = [n for n in ("target_accuracy", "min_accuracy", "max_latency_ms") if getattr(self, n) is not None]
+        if len(given) > 1:
+            problems.append(f"give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`; got {given}")
+        if not given:
             self.target_accuracy = DEFAULT_TARGET_ACCURACY
-        if self.target_accuracy is not None and not 0.0 < self.target_accuracy <= 1.0:
-            problems.append(f"`target_accuracy` must be in (0, 1]; got {self.target_accuracy!r}")
-        if not (isinstance(self.calibration_margin, (int, float)) and 0.0 <= self.calibration_margin < float("inf")):
-            problems.append(f"`calibration_margin` must be a finite number >= 0; got {self.calibration_margin!r}")
+        if self.target_accuracy is not None and not 0.0 < self.target_accuracy < 1.0:
+            problems.append(f"`target_accuracy` must be in (0, 1) (1.0 leaves no room: use --strategies large_reason "
+                            f"to always reason); got {self.target_accuracy!r}")
+        if self.min_accuracy is not None and not 0.0 < self.min_accuracy < 1.0:
+            problems.append(f"`min_accuracy` must be in (0, 1); got {self.min_accuracy!r}")
+        if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
+            problems.append(f"`delta` must be in (0, 1); got {self.delta!r}")
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             problems.append(f"`max_latency_ms` must be > 0; got {self.max_latency_ms!r}")
         for name in ("calib_fraction", "test_fraction"):
             if not 0.0 < getattr(self, name) < 0.5:
                 problems.append(f"`{name}` must be in (0, 0.5); got {getattr(self, name)!r}")
-        for name in ("baseline_k", "num_boost_round", "num_leaves"):
+        for name in ("num_boost_round", "num_leaves"):
             if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
                 problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
         problems += self._probe_problems()
@@ -125,9 +129,11 @@ class TrainConfig:
 
     @property
     def target(self) -> dict:
-        """The policy target: {"kind": "accuracy"|"latency_ms", "value": x}."""
+        """The policy target: {"kind": "accuracy"|"min_accuracy"|"latency_ms", "value": x}."""
         if self.max_latency_ms is not None:
             return {"kind": "latency_ms", "value": float(self.max_latency_ms)}
+        if self.min_accuracy is not None:
+            return {"kind": "min_accuracy", "value": float(self.min_accuracy)}
         return {"kind": "accuracy", "value": float(self.target_accuracy)}
 
     def to_dict(self) -> dict:

@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 MODES = ("cascade", "one-shot")
 
 
+def label_strategies(df: pd.DataFrame) -> list[str]:
+    """Strategies present in the labels (a `correct__` and a `latency_ms__` column), in file order."""
+    return [c[len("correct__"):] for c in df.columns
+            if c.startswith("correct__") and f"latency_ms__{c[len('correct__'):]}" in df.columns]
+
+
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     if name not in df.columns:
         raise TrainingError(f"The labels have no column {name!r}, which the cost model needs.")
@@ -109,7 +115,7 @@ class Outcomes:
 
     def __init__(self, df: pd.DataFrame, strategies, mode: str, paid_stages=()):
         self.strategies = list(strategies)
-        self._index = pd.Index(self.strategies)
+        self._pos = {s: i for i, s in enumerate(self.strategies)}
         self.latency = (incremental_costs(df, self.strategies, mode, paid_stages).to_numpy()
                         + paid_latency(df, mode, paid_stages)[:, None])
         self.correct = np.stack([df[f"correct__{s}"].to_numpy(dtype=bool) for s in self.strategies], axis=1)
@@ -117,7 +123,10 @@ class Outcomes:
 
     def of(self, strategies_chosen) -> tuple[np.ndarray, np.ndarray]:
         """(correct, latency) per row for the chosen strategy ids (all must be in `strategies`)."""
-        idx = self._index.get_indexer(np.asarray(strategies_chosen, dtype=object))
-        if (idx < 0).any():
-            raise TrainingError(f"Chosen strategies outside {self.strategies}.")
+        chosen = np.asarray(strategies_chosen, dtype=object)
+        idx = np.empty(len(chosen), dtype=int)
+        for s in pd.unique(chosen):  # a handful of distinct ids: one vectorised compare each
+            if s not in self._pos:
+                raise TrainingError(f"Chosen strategy {s!r} is outside {self.strategies}.")
+            idx[chosen == s] = self._pos[s]
         return self.correct[self._rows, idx], self.latency[self._rows, idx]

@@ -1,8 +1,10 @@
 """`routedvlm demo`: the whole product on the embedded toy world (`toy_demo.py`), or `--random`: the mechanics.
 
-Default: label the toy `label` split -> train-router -> register in MLflow as `champion` -> RoutedVLM loaded from
-`models:/vlm-router@champion` on the toy `eval` split, beside every single strategy, the oracle and mutual
-verification on the same samples; one table printed, written to --out as table.json / table.md with plot.png.
+Default: label the toy `label` split -> train-router (LightGBM and the LoRA probe, cascade and one-shot; `--routers`)
+-> register all in MLflow, the best certified utility as `champion` -> RoutedVLM loaded from
+`models:/vlm-router@champion` on the toy `eval` split, live beside the binary accept-or-reason rule, mutual
+verification and large_reason, plus every router, single strategy and the oracle replayed on the same samples; one
+table with the certified target's verdict per row, written to --out as table.json / table.md with plot.png.
 `--random`: every strategy, an escalation and mutual verification on a tiny random-weight Qwen3-VL pair, with the
 per-stage trace (answers are noise; the point is the mechanics).
 """
@@ -17,6 +19,7 @@ import time
 
 EPILOG = """examples:
   routedvlm demo                        # toy world, ~1000 label + 150 eval samples, into runs/demo
+  routedvlm demo --routers lightgbm     # only the LightGBM router (both modes): no probe training
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
   routedvlm demo --cost profile.json --out runs/demo-2b8b   # toy effects priced at the profiled 2B/8B costs
   routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl
@@ -39,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         elif f.type == "bool":
             p.add_argument(flag, action="store_true", help=f.metadata["help"])
         else:
-            conv = int if f.type.startswith("int") else float if f.type == "float" else str
+            conv = int if f.type.startswith("int") else float if f.type.startswith("float") else str
             shown = f" (default {f.default})" if f.default not in (None, MISSING) else ""
             p.add_argument(flag, type=conv, default=f.default, help=f.metadata["help"] + shown)
     r = p.add_argument_group("--random: tiny random-weight models (mechanics only)")
@@ -122,9 +125,15 @@ def _toy(args) -> None:
     skip = {"random", "workdir", "arch", "selector", "keep_tokens"}
     cfg = DemoConfig(**{k: v for k, v in vars(args).items() if k not in skip})
     res = run_toy_demo(cfg, say=lambda msg: print(msg, flush=True))
+    from routedvlm.router.decision_rules import describe
+
+    from .demo_table import certificate_lines
+
     h = res.header
-    print(f"\n=== toy world, eval split: {h['n_eval']} samples (router {h['router']} v{h['version']}, {h['mode']}, "
-          f"tau={h['tau']:.3f}; trained on {h['n_label']} labelled samples)")
+    print(f"\n=== toy world, eval split: {h['n_eval']} samples (champion {h['router']} v{h['version']}: {h['champion']}, "
+          f"{h['mode']}, {describe(h['rule'])}; trained on {h['n_label']} labelled samples)")
+    for line in certificate_lines(h):
+        print(textwrap.fill(line, width=110, subsequent_indent="      "))
     print(textwrap.fill(f"note: {LATENCY_NOTE}", width=110, subsequent_indent="      "))
     if cfg.cost:
         print(textwrap.fill(f"SIMULATED ECONOMICS: every latency below is priced by the cost profile {cfg.cost} "

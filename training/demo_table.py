@@ -1,9 +1,12 @@
 """The demo's side-by-side table: live RoutedVLM rows beside rows derived from the eval split's labels.
 
-Every row has the same columns (accuracy, mean and p90 latency, speed-up vs `large_reason`, strategy mix) and a
-`source`: `live` (measured now through RoutedVLM) or `labels` (composed from the eval labels of the same samples).
-Latency is the same quantity in both: the sum of the wall-clock ms (vision + prefill + decode) of the stage records
-the policy needs on a sample (`LATENCY_NOTE`). Written as JSON, markdown and an accuracy-latency PNG.
+Every row has the same columns (accuracy, mean and p90 latency, speed-up vs `large_reason`, whether the champion's
+certified target held on the eval split with its standard error, strategy mix) and a `source`: `live` (measured
+now through RoutedVLM) or `labels` (composed from the eval labels of the same samples). Latency is the same quantity
+in both: the sum of the wall-clock ms (vision + prefill + decode) of the stage records the policy needs on a sample
+(`LATENCY_NOTE`). The eval target is what the certificate promises on these samples: accuracy(reference) - bound
+(regret targets) or the bound (absolute ones); SE = sqrt(r (1 - r) / n_eval) at that accuracy r. Written as JSON,
+markdown and an accuracy-latency PNG.
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import pandas as pd
 
 from routedvlm.router.strategies import LARGE_REASON
 
-from .costs import realized_correct, realized_latency
-from .evaluate import area_under_curve, label_strategies, mutual_verification_row, oracle_row, summarize
+from .costs import label_strategies
+from .evaluate import area_under_curve, mutual_verification_row, oracle_row, summarize, verdict
 from .pipeline import jsonable
 
 LATENCY_NOTE = (
@@ -45,12 +48,31 @@ def live_row(name: str, kind: str, records: list[dict], ref: float | None) -> di
     return row
 
 
-def replay_row(router, eval_df: pd.DataFrame, ref: float | None) -> dict:
-    """The router's decisions on the eval labels, priced and scored from the labels (no model runs)."""
+def replay(name: str, router, eval_df: pd.DataFrame, ref: float | None, model_cost_ms: float = 0.0) -> dict:
+    """The router's decisions on the eval labels under its policy's rule, priced and scored from the labels (no
+    model runs; a probe's own cost is charged when the rule reads it)."""
+    from .rule_family import Member, Scorer
+
     p = router.policy
-    chosen = router.decide_with_tau(eval_df, p.tau)
-    return summarize("learned policy (replayed)", "replay", realized_correct(eval_df, chosen),
-                     realized_latency(eval_df, chosen, p.mode, p.paid_stages), chosen, ref, source="labels")
+    member = Member(p.decision_rule, "chosen", p.mode, tuple(p.paid_stages))
+    correct, latency, chosen = Scorer(router, eval_df, model_cost_ms=model_cost_ms).score(member)
+    return summarize(name, "replay", correct, latency, chosen, ref, source="labels")
+
+
+def _probe_cost(trained) -> float:
+    return float(trained.result.evaluation.get("probe", {}).get("cost_ms_mean", 0.0))
+
+
+def replay_rows(trained: list, best, binary, binary_from, eval_df: pd.DataFrame, ref, mv_k: int) -> list[dict]:
+    """The champion and every trained router's chosen rule replayed, the binary rule, mutual verification,
+    every single strategy and the oracle, from the eval labels."""
+    rows = [replay(f"champion: {best.name} (replayed)", best.result.router, eval_df, ref, _probe_cost(best))]
+    rows += [replay(f"{t.name}: {t.result.evaluation['certificate']['chosen']} (replayed)", t.result.router, eval_df,
+                    ref, _probe_cost(t)) for t in trained]
+    if binary is not None:
+        rows.append(replay(f"binary large_direct/large_reason (replayed, {binary_from.name})", binary, eval_df, ref,
+                           _probe_cost(binary_from)))
+    return rows + label_rows(eval_df, list(best.result.router.policy.strategies), mv_k, ref)
 
 
 def label_rows(eval_df: pd.DataFrame, candidates: list[str], mv_k: int, ref: float | None) -> list[dict]:
@@ -65,12 +87,46 @@ def label_rows(eval_df: pd.DataFrame, candidates: list[str], mv_k: int, ref: flo
     return rows
 
 
-def learned_curve(router, eval_df: pd.DataFrame) -> pd.DataFrame:
-    """The learned policy's (mean latency, accuracy) at every tau, replayed on the eval labels."""
-    from .calibrate import sweep_tau
+def eval_target(eval_df: pd.DataFrame, certificate: dict) -> dict:
+    """What the champion's certificate promises on the eval samples: {required, se, text}."""
+    bound, n = certificate.get("bound"), len(eval_df)
+    if bound is None:
+        return {"required": None, "se": None, "text": "no certified accuracy (latency budget)"}
+    if certificate["bound_meaning"].startswith("accuracy >= accuracy("):
+        ref = certificate["reference"]
+        acc = float(eval_df[f"correct__{ref}"].mean())
+        required, text = acc - bound, f"accuracy({ref}) on eval {acc:.3f} - {bound:.4f}"
+    else:
+        required, text = bound, f"{bound:.4f}"
+    return {"required": required, "se": float(np.sqrt(required * (1 - required) / n)), "text": text}
 
-    p = router.policy
-    return sweep_tau(router.predict_proba(eval_df), p.expected_cost_ms, p.fallback, eval_df, p.mode, p.paid_stages)
+
+def with_verdicts(rows: list[dict], target: dict) -> list[dict]:
+    """Each row with `target_met` and `verdict` against the eval target."""
+    if target["required"] is None:
+        return [{**r, "target_met": None, "verdict": "-"} for r in rows]
+    t = {"kind": "accuracy"}
+    return [{**r, "target_met": r["accuracy"] >= target["required"] - 1e-12,
+             "verdict": verdict(r, t, target["required"], target["se"])} for r in rows]
+
+
+def rule_curves(best, eval_df: pd.DataFrame) -> dict:
+    """The champion's parameterised rules swept on the eval labels (empty when its rule reads no model)."""
+    from routedvlm.router.decision_rules import uses_model
+
+    from .rule_family import Scorer, model_chains
+
+    router = best.result.router
+    if not uses_model(router.policy.decision_rule):
+        return {}
+    scorer, out = Scorer(router, eval_df, model_cost_ms=_probe_cost(best)), {}
+    for chain, members in model_chains(router.policy, label_strategies(eval_df)).items():
+        pts = []
+        for m in members:
+            correct, latency, _ = scorer.score(m)
+            pts.append((m.rule["param"], float(correct.mean()), float(latency.mean())))
+        out[chain] = pd.DataFrame(pts, columns=["param", "accuracy", "mean_latency_ms"])
+    return out
 
 
 def _mix(mix: dict, n: int = 3) -> str:
@@ -81,11 +137,11 @@ def _mix(mix: dict, n: int = 3) -> str:
 def _cells(r: dict) -> list[str]:
     sp = r["speedup_vs_large_reason"]
     return [r["name"], r["source"], f"{r['accuracy']:.3f}", f"{r['mean_latency_ms']:.1f}", f"{r['p90_latency_ms']:.1f}",
-            f"{sp:.2f}x" if sp else "-", _mix(r["mix"])]
+            f"{sp:.2f}x" if sp else "-", r.get("verdict", "-"), _mix(r["mix"])]
 
 
-HEADERS = ["policy", "source", "acc", "mean ms", "p90 ms", "speed-up", "mix"]
-WIDTHS = [38, 7, 6, 9, 9, 8, 0]
+HEADERS = ["policy", "source", "acc", "mean ms", "p90 ms", "speed-up", "target on eval", "mix"]
+WIDTHS = [58, 7, 6, 9, 9, 8, 28, 0]
 
 
 def format_text(rows: list[dict]) -> str:
@@ -93,7 +149,7 @@ def format_text(rows: list[dict]) -> str:
     def line(cells):
         out = [cells[0][:WIDTHS[0]].ljust(WIDTHS[0]), cells[1].ljust(WIDTHS[1])]
         out += [c.rjust(w) for c, w in zip(cells[2:6], WIDTHS[2:6])]
-        return " ".join(out) + "  " + cells[6]
+        return " ".join(out) + "  " + cells[6].ljust(WIDTHS[6]) + " " + cells[7]
     head = line(HEADERS)
     return "\n".join([head, "-" * len(head), *(line(_cells(r)) for r in rows)])
 
@@ -104,7 +160,18 @@ def format_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: Path, rows: list[dict], header: dict, curve: pd.DataFrame) -> dict:
+def certificate_lines(header: dict) -> list[str]:
+    """The champion's certificate and what it promises on the eval samples."""
+    cert, target = header["certificate"], header["eval_target"]
+    joint = (f"; each of the {header['n_routers']} routers was certified at delta {cert['delta']:g}, so the champion's "
+             f"guarantee holds at delta {header['delta']:g} whichever won" if header.get("n_routers", 1) > 1 else "")
+    return [f"certificate (champion {header['champion']}, {cert.get('n')} calibration rows): {cert.get('statement')}"
+            + joint,
+            f"on the eval split that promises accuracy >= {target['text']} = "
+            + (f"{target['required']:.3f} (SE {target['se']:.3f})" if target["required"] is not None else "-")]
+
+
+def write_outputs(out: Path, rows: list[dict], header: dict, curves: dict) -> dict:
     """table.json, table.md and plot.png under `out`; returns {name: path}."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "table.json", "markdown": out / "table.md", "plot": out / "plot.png"}
@@ -112,20 +179,22 @@ def write_outputs(out: Path, rows: list[dict], header: dict, curve: pd.DataFrame
                                         default=jsonable) + "\n")
     intro = "\n".join(f"- {k}: {f'{v:.4g}' if isinstance(v, float) else v}" for k, v in header.items()
                       if not isinstance(v, (dict, list)))
-    paths["markdown"].write_text(f"# routedvlm demo (toy world)\n\n{intro}\n\n{LATENCY_NOTE}\n\n{format_markdown(rows)}\n")
-    _plot(rows, curve, header, paths["plot"])
+    cert = "\n".join(f"- {line}" for line in certificate_lines(header))
+    paths["markdown"].write_text(f"# routedvlm demo (toy world)\n\n{intro}\n{cert}\n\n{LATENCY_NOTE}\n\n"
+                                 f"{format_markdown(rows)}\n")
+    _plot(rows, curves, header, paths["plot"])
     return paths
 
 
-def _plot(rows: list[dict], curve: pd.DataFrame, header: dict, path: Path) -> None:
+def _plot(rows: list[dict], curves: dict, header: dict, path: Path) -> None:
     from .plot import plot_curve
 
     singles = [r for r in rows if r["kind"] == "single"]
     lo = min(r["mean_latency_ms"] for r in singles)
     hi = max(r["mean_latency_ms"] for r in singles)
-    evaluation = {"curve": curve.to_dict(orient="records"), "auc": area_under_curve(curve, lo, hi),
-                  "rows": rows, "mode": header.get("mode", "cascade"),
-                  "target": {"kind": "accuracy", "value": header.get("target_accuracy", 0.98)},
-                  "required_test": header.get("target_accuracy", 0.98) * max(r["accuracy"] for r in singles)}
+    evaluation = {"curves": {k: v.to_dict(orient="records") for k, v in curves.items()},
+                  "auc": {k: area_under_curve(v, lo, hi) for k, v in curves.items()},
+                  "rows": rows, "mode": header.get("mode", "cascade"), "target": {"kind": "accuracy"},
+                  "required_test": header["eval_target"]["required"]}
     plot_curve(evaluation, path, title="routedvlm demo (toy world): RoutedVLM and baselines on the eval split",
                split="eval split")

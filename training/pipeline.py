@@ -1,4 +1,5 @@
-"""train-router as a library call: labels -> split -> fit -> calibrate tau -> evaluate -> router folder (+ MLflow).
+"""train-router as a library call: labels -> split -> fit -> certify the decision rule -> evaluate -> router folder
+(+ MLflow).
 
 `train_router(config)` is what the CLI runs; tests call it (or the CLI) on synthetic labels.
 """
@@ -32,12 +33,12 @@ class TrainResult:
     labels_hash: str = ""
     tracking: dict = field(default_factory=dict)  # run_id, model_uri, version, champion
     test: pd.DataFrame | None = None  # the test split (the champion is re-evaluated on it)
-    table: str = ""  # format_table(evaluation)
+    table: str = ""  # report.format_table(evaluation)
 
 
 def candidate_strategies(df: pd.DataFrame, wanted: list[str] | None) -> list[str]:
     """Candidates in canonical order: `wanted`, or every strategy the labels hold; at least two."""
-    from .evaluate import label_strategies
+    from .costs import label_strategies
 
     present = label_strategies(df)
     if wanted:
@@ -77,8 +78,9 @@ def _default_output_dir() -> Path:
 
 def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
     """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
-    from .calibrate import calibrate_tau
-    from .evaluate import evaluate, format_table
+    from .certify import apply_to_policy, certify
+    from .evaluate import evaluate
+    from .report import format_table
 
     if labels is None:
         labels, metadata = load_labels(config.data)
@@ -89,16 +91,14 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     router = fit_router(config, split, candidates, features, paid, labels_hash,
                         prompt_template=prompt_template_of(metadata))
-    log.info("fitted %d LightGBM models; calibrating tau on %d rows", len(router.boosters), len(split.calibration))
-    policy = router.policy
-    op = calibrate_tau(router.predict_proba(split.calibration), policy.expected_cost_ms, policy.fallback,
-                       split.calibration, config.mode, paid, config.target, candidates, config.calibration_margin)
-    policy.tau = op.param
-    policy.target = target_with_margin(config.target, op)
-    log.info("tau=%.3f; evaluating against the baselines on %d test rows", op.param, len(split.test))
-    evaluation = evaluate(router, split.calibration, split.test, config.target, config.baseline_k, op)
+    log.info("fitted %d LightGBM models; certifying the decision rule on %d rows", len(router.boosters),
+             len(split.calibration))
+    cal = certify(router, split.calibration, split.train, config.target, config.delta)
+    apply_to_policy(router.policy, cal)
+    log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
+    evaluation = evaluate(router, split.calibration, split.test, config.target, cal)
     evaluation["split"] = split.sizes()
-    policy.metrics = _policy_metrics(evaluation)
+    router.policy.metrics = policy_metrics(evaluation)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()
     write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
@@ -163,21 +163,20 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
     return LightGBMRouter(policy, boosters)
 
 
-def target_with_margin(target: dict, op) -> dict:
-    """The policy's target, recording the calibration margin (standard errors) an accuracy target was met with."""
-    return {**target, "calibration_margin": op.margin} if target["kind"] == "accuracy" else dict(target)
-
-
-def _policy_metrics(ev: dict) -> dict:
-    learned = ev["rows"][-1]
-    cal = ev["calibration"]
-    return {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
-            "test_p90_latency_ms": learned["p90_latency_ms"], "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"],
-            "test_utility": ev["utility"], "test_target_met": ev["target_met_test"], "auc": ev["auc"],
-            "calibration_accuracy": ev["calibration"]["accuracy"],
-            "calibration_mean_latency_ms": ev["calibration"]["mean_latency_ms"],
-            "calibration_margin": cal.get("margin", 0.0), "calibration_rows": cal.get("n", 0),
-            "calibration_accuracy_lower_bound": cal.get("accuracy_lower_bound", cal["accuracy"])}
+def policy_metrics(ev: dict) -> dict:
+    """The numbers policy.json and MLflow record: test results of the chosen rule, calibration and certificate."""
+    learned, cal, cert = ev["rows"][-1], ev["calibration"], ev["certificate"]
+    out = {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
+           "test_p90_latency_ms": learned["p90_latency_ms"],
+           "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"], "test_utility": ev["utility"],
+           "test_target_met": ev["target_met_test"], "test_required_accuracy": ev["required_test"],
+           "test_standard_error": ev["standard_error_test"],
+           "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
+           "calibration_rows": cal["n"], "certificate_delta": cert["delta"], "certificate_bound": cert["bound"],
+           "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
+           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
+    out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
+    return out
 
 
 def write_outputs(router, evaluation: dict, out: Path) -> None:

@@ -3,8 +3,9 @@ evaluation table and outputs (MLflow tracking and registration are the CLI's, sh
 
 Steps: reload the samples behind the labels (probe_data) -> same split and plan as LightGBM -> fine-tune adapter +
 head with epoch checkpoints in `<output-dir>/checkpoints` (probe_fit; `--resume` continues) -> P(correct) on the
-calibration and test rows -> calibrate tau -> evaluate with the probe's own cost, beside a LightGBM router
-fitted on the same split (probe_eval) -> `<output-dir>/router` (policy.json, adapter/, head.safetensors).
+calibration and test rows -> certify the decision rule (certify.py) and evaluate, the probe's own cost charged to
+every rule that reads it, beside a LightGBM router fitted and certified on the same split (probe_eval) ->
+`<output-dir>/router` (policy.json, adapter/, head.safetensors).
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     """Run the probe job; `samples` (labels + `image` + `question` columns) skips reloading. Returns TrainResult."""
     from routedvlm.router.lora_probe import LoRAProbeRouter
 
-    from .evaluate import format_table
     from .pipeline import TrainResult, write_outputs
+    from .report import format_table
     from .probe_eval import summary_line
 
     job = prepare(config, labels, metadata, samples)
@@ -126,39 +127,34 @@ def fit(job: ProbeJob) -> dict:
 
 
 def evaluate_probe(job: ProbeJob, state: dict) -> dict:
-    """Calibrate tau and evaluate with the probe's cost, beside LightGBM; fills the policy's tau, metrics, params."""
+    """Certify and evaluate with the probe's cost, beside LightGBM; fills the policy's rule, metrics and params."""
     from . import probe_eval as pe
-    from .calibrate import calibrate_tau
+    from .certify import apply_to_policy, certify
     from .evaluate import evaluate
-    from .pipeline import _policy_metrics, target_with_margin
+    from .pipeline import policy_metrics
 
     c, net, split, policy = job.config, job.net, job.split, job.policy
     p_cal, _ = pe.predict_table(net, split.calibration)
     p_test, own_ms = pe.predict_table(net, split.test)
     shared_ms, shared_diff = pe.shared_cost_ms(net, split.test)
     pre = pe.PrecomputedRouter(policy, pd.concat([p_cal, p_test]))
-    cost = pe.probe_cost(policy, own_ms, shared_ms)
-    target = dict(c.target)
-    if target["kind"] == "latency_ms":  # the probe's own cost comes out of the budget
-        target["value"] = max(target["value"] - float(cost.mean()), 0.0)
-    op = calibrate_tau(p_cal, pre._costs, policy.fallback, split.calibration, policy.mode, policy.paid_stages,
-                       target, policy.strategies, c.calibration_margin)
-    op.mean_latency_ms += float(cost.mean())
-    policy.tau = op.param
-    policy.target = target_with_margin(c.target, op)
-    ev = pe.add_probe_cost(evaluate(pre, split.calibration, split.test, c.target, c.baseline_k, op), pre, split.test, cost)
-    if policy.features:
-        ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features,
-                                                        policy.paid_stages, job.labels_hash, ev))
+    cost = float(pe.probe_cost(policy, own_ms, shared_ms).mean()) if len(own_ms) else 0.0
+    trained_paid = list(policy.paid_stages)  # before the chosen rule may change the mode
+    shared = SMALL_DIRECT in trained_paid
+    cal = certify(pre, split.calibration, split.train, c.target, c.delta, proba=p_cal, model_cost_ms=cost)
+    apply_to_policy(policy, cal)
+    ev = evaluate(pre, split.calibration, split.test, c.target, cal, proba_test=p_test, model_cost_ms=cost)
+    ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features, trained_paid,
+                                                    job.labels_hash))
     ev["split"] = split.sizes()
-    ev["probe"] = {"cost_ms_mean": float(cost.mean()), "own_ms_mean": float(own_ms.mean()),
+    ev["probe"] = {"cost_ms_mean": cost, "own_ms_mean": float(own_ms.mean()),
                    "own_ms_median": float(np.median(own_ms)), "shared_ms_median": shared_ms,
-                   "shared_prefill": SMALL_DIRECT in policy.paid_stages, "shared_max_abs_diff": shared_diff,
+                   "shared_prefill": shared,
+                   "shared_max_abs_diff": shared_diff,
                    "initial_train_loss": state["initial_loss"], "final_train_loss": state["final_loss"],
                    "train_losses": state["losses"], "calibration_loss": state["calibration_loss"],
                    "resumed_from": state.get("resumed_from")}
-    policy.metrics = {**_policy_metrics(ev), "probe_cost_ms_mean": float(cost.mean()),
-                      "calibration_loss": state["calibration_loss"]}
+    policy.metrics = {**policy_metrics(ev), "probe_cost_ms_mean": cost, "calibration_loss": state["calibration_loss"]}
     policy.params.update({"probe_ms": {"own_median": float(np.median(own_ms)), "shared_median": shared_ms},
                           "training": {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "seed": c.seed,
                                        "train_losses": state["losses"]}})

@@ -1,9 +1,10 @@
-"""Evaluate a trained probe like the LightGBM router (same rows, curve, AUC), plus the probe's own cost and a
-LightGBM router fitted on the same split, side by side in one table.
+"""Evaluate a trained probe like the LightGBM router (same rows, curves, areas), plus the probe's own cost and a
+LightGBM router fitted and certified on the same split, side by side in one table.
 
-Probe cost per sample (added to every row that uses the probe's P(correct): the learned policy, the binary
-baseline, the curve): the median measured time of its own pass (encode + prefill + head) over the test samples,
-or, when the policy pays `small_direct` (RoutedVLM then shares that prefill), the median time of the shared pass.
+Probe cost per sample (charged, in calibration and on test, to every rule that reads the probe's P(correct): the
+tau, lagrangian and binary rules and their curves; mutual verification and fixed rules do not run the probe): the
+median measured time of its own pass (encode + prefill + head) over the test samples, or, when the policy pays
+`small_direct` (RoutedVLM then shares that prefill), the median time of the shared pass.
 """
 from __future__ import annotations
 
@@ -72,71 +73,39 @@ def probe_cost(policy, own_ms: np.ndarray, shared_ms: float) -> np.ndarray:
     return np.full(len(own_ms), cost)
 
 
-def add_probe_cost(ev: dict, router, test: pd.DataFrame, cost: np.ndarray, name: str = "lora-probe") -> dict:
-    """The evaluation with the probe's cost in the learned row, the binary baseline, the curve, AUC and utility."""
-    from .costs import realized_correct, realized_latency
-    from .evaluate import area_under_curve, summarize, utility
-
-    p = router.policy
-    ref = next((r["mean_latency_ms"] for r in ev["rows"] if r["kind"] == "single" and r["name"] == "large_reason"), None)
-    chosen = router.decide_with_tau(test, p.tau)
-    lat = realized_latency(test, chosen, p.mode, p.paid_stages) + cost
-    learned = summarize(f"{name} (tau={p.tau:.3f})", "learned", realized_correct(test, chosen), lat, chosen, ref,
-                        param=p.tau, probe_ms_mean=float(cost.mean()))
-    rows = []
-    for row in ev["rows"]:
-        if row["kind"] == "learned":
-            continue
-        if row["name"].startswith("binary"):
-            row = {**row, "mean_latency_ms": row["mean_latency_ms"] + float(cost.mean()),
-                   "p90_latency_ms": row["p90_latency_ms"] + float(cost.mean()), "probe_ms_mean": float(cost.mean())}
-            row["speedup_vs_large_reason"] = ref / row["mean_latency_ms"] if ref else None
-        rows.append(row)
-    curve = pd.DataFrame(ev["curve"]).rename(columns={"tau": "param"})
-    curve["mean_latency_ms"] += float(cost.mean())
-    lo, hi = ev["auc_range_ms"]
-    t = ev["target"]
-    met = learned["accuracy"] >= ev["required_test"] if t["kind"] == "accuracy" else learned["mean_latency_ms"] <= t["value"]
-    return {**ev, "rows": [*rows, learned], "curve": curve.rename(columns={"param": "tau"}).to_dict(orient="records"),
-            "auc": area_under_curve(curve, lo, hi), "target_met_test": bool(met),
-            "utility": utility(learned, t, ev["reference_accuracy_test"], len(test))}
-
-
-def lightgbm_comparison(config, split, candidates, features, paid, labels_hash, ev: dict) -> dict:
-    """A LightGBM router on the same split and features, calibrated to the same target: its row and AUC."""
-    from .calibrate import calibrate_tau, sweep_tau
-    from .costs import realized_correct, realized_latency
-    from .evaluate import area_under_curve, summarize
+def lightgbm_comparison(config, split, strategies, features, paid, labels_hash) -> dict | None:
+    """A LightGBM router on the same split, features and paid stages, certified to the same target: its chosen
+    row and areas (None when there are no tabular features: a one-shot probe on labels without prompt features)."""
+    from .certify import certify
+    from .evaluate import evaluate
     from .pipeline import fit_router
 
-    router = fit_router(config, split, candidates, features, paid, labels_hash)
-    p = router.policy
-    op = calibrate_tau(router.predict_proba(split.calibration), p.expected_cost_ms, p.fallback, split.calibration,
-                       p.mode, paid, config.target, candidates, config.calibration_margin)
-    test = split.test
-    chosen = router.decide_with_tau(test, op.param)
-    ref = next((r["mean_latency_ms"] for r in ev["rows"] if r["kind"] == "single" and r["name"] == "large_reason"), None)
-    row = summarize(f"lightgbm (tau={op.param:.3f})", "comparison", realized_correct(test, chosen),
-                    realized_latency(test, chosen, p.mode, paid), chosen, ref, param=op.param)
-    curve = sweep_tau(router.predict_proba(test), p.expected_cost_ms, p.fallback, test, p.mode, paid)
-    return {"row": row, "auc": area_under_curve(curve, *ev["auc_range_ms"]), "tau": op.param}
+    if not features:
+        return None
+    router = fit_router(config, split, list(strategies), list(features), list(paid), labels_hash)
+    cal = certify(router, split.calibration, split.train, config.target, config.delta)
+    theirs = evaluate(router, split.calibration, split.test, config.target, cal)
+    row = {**theirs["rows"][-1], "name": "lightgbm " + theirs["rows"][-1]["name"], "kind": "comparison"}
+    return {"row": row, "auc": theirs["auc"], "rule": cal.chosen.member.name, "certificate": cal.certificate()}
 
 
 def side_by_side(ev: dict, comparison: dict | None) -> dict:
-    """Insert the LightGBM row just before the learned (probe) row; record both AUCs."""
+    """Insert the LightGBM row just before the chosen (probe) row; record both routers' areas."""
     if comparison is None:
         return ev
     rows = [*ev["rows"][:-1], comparison["row"], ev["rows"][-1]]
-    return {**ev, "rows": rows, "comparison": {"lightgbm": {"auc": comparison["auc"], "tau": comparison["tau"],
-                                                            **{k: comparison["row"][k] for k in
-                                                               ("accuracy", "mean_latency_ms", "p90_latency_ms")}}}}
+    return {**ev, "rows": rows, "comparison": {"lightgbm": {
+        "auc": comparison["auc"], "rule": comparison["rule"], "certificate": comparison["certificate"],
+        **{k: comparison["row"][k] for k in ("accuracy", "mean_latency_ms", "p90_latency_ms", "target_met")}}}}
 
 
 def summary_line(ev: dict) -> str:
     probe = ev.get("probe", {})
-    text = (f"probe: {probe.get('cost_ms_mean', float('nan')):.1f} ms per sample included "
+    text = (f"probe: {probe.get('cost_ms_mean', float('nan')):.1f} ms per sample charged to the rules that read it "
             f"(shared small_direct prefill: {'yes' if probe.get('shared_prefill') else 'no'}; median own pass "
             f"{probe.get('own_ms_median', float('nan')):.1f} ms, shared pass {probe.get('shared_ms_median', float('nan')):.1f} ms)")
     if "comparison" in ev:
-        text += f"; AUC lora-probe {ev['auc']:.3f} vs lightgbm {ev['comparison']['lightgbm']['auc']:.3f}"
+        lg = ev["comparison"]["lightgbm"]
+        text += (f"; lightgbm on the same split chose {lg['rule']} (target on test "
+                 f"{'met' if lg['target_met'] else 'missed'})")
     return text

@@ -1,9 +1,12 @@
-"""The toy-world demo, end to end: label -> train-router -> register (champion) -> RoutedVLM on the eval split.
+"""The toy-world demo, end to end: label -> train-router (LightGBM and the LoRA probe, both modes; demo_routers.py)
+-> register, best certified utility as champion -> RoutedVLM on the eval split.
 
 `run_toy_demo(DemoConfig(...), say)` is what `routedvlm demo` runs; every step is the product's own code path
-(`run_labelling`, `train_router` + `track`, `RoutedVLM.from_pretrained(..., router="models:/<name>@champion")`).
-On the eval split each sample is first run through every strategy by the labeller's `label_sample` and then
-answered live by RoutedVLM, back to back, so both latency sources see the same machine load (`demo_table.py`).
+(`run_labelling`, `train_router` / `train_probe` + `track`, `RoutedVLM.from_pretrained(...,
+router="models:/<name>@champion")`). On the eval split each sample is first run through every strategy by the
+labeller's `label_sample` and then answered live by RoutedVLM with the champion, the binary accept-or-reason rule,
+mutual verification and large_reason, back to back, so both latency sources see the same machine load
+(`demo_table.py`); every row says whether the certified target held on the eval split.
 """
 from __future__ import annotations
 
@@ -18,10 +21,11 @@ from routedvlm.router.strategies import LARGE_REASON
 
 log = logging.getLogger(__name__)
 QUICK_N_LABEL, QUICK_N_EVAL = 80, 24
-DEFAULT_N_LABEL, DEFAULT_N_EVAL = 1000, 150  # 1000: ~250 calibration rows, so tau is not picked by noise
+DEFAULT_N_LABEL, DEFAULT_N_EVAL = 1000, 150  # 1000: 250 calibration rows certify the default target
 MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
+DEFAULT_TARGET, QUICK_MIN_ACCURACY = 0.95, 0.6
 
 
 def _f(default, help: str):
@@ -40,7 +44,14 @@ class DemoConfig:
     checkpoints: str | None = _f(None, "folder with the toy small/ and large/ checkpoints (default: the shipped pair)")
     tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
     register_as: str = _f("vlm-router", "registered model name; the new version is promoted to `champion`")
-    target_accuracy: float = _f(0.98, "train-router target: accuracy as a fraction of the best single strategy's")
+    target_accuracy: float | None = _f(None, "train-router target: accuracy as a fraction of the best single "
+                                             f"strategy's, certified (default {DEFAULT_TARGET}; 0.98 needs more "
+                                             "calibration rows than the demo labels)")
+    min_accuracy: float | None = _f(None, f"absolute accuracy target instead (default with --quick: {QUICK_MIN_ACCURACY}: "
+                                          "its 20 calibration rows cannot certify a relative one)")
+    delta: float = _f(0.1, "Learn-then-Test level of the champion's certificate (each router gets delta / routers)")
+    routers: str = _f("lightgbm,lora-probe", "router types to train, each in cascade and one-shot mode; the best "
+                                             "certified utility becomes champion")
     live_mutual_verification: bool = _f(True, "also run mutual verification live through RoutedVLM")
     seed: int = _f(0, "seed of the toy splits and of train-router")
     cost: str | None = _f(None, "profile.json (e.g. of the qwen3-vl-2b/-8b shapes, `routedvlm profile --shape`): price "
@@ -51,12 +62,24 @@ class DemoConfig:
     def __post_init__(self):
         self.n_label = self.n_label if self.n_label is not None else (QUICK_N_LABEL if self.quick else DEFAULT_N_LABEL)
         self.n_eval = self.n_eval if self.n_eval is not None else (QUICK_N_EVAL if self.quick else DEFAULT_N_EVAL)
+        self.split_share = SPLIT_SHARE
         if self.n_label < MIN_N_LABEL:
             raise ConfigError(f"The `n_label` setting must be at least {MIN_N_LABEL} (train-router needs 40 train, "
                               f"20 calibration and 20 test rows). Got {self.n_label!r} instead.")
-        if not 0.0 < float(self.target_accuracy) <= 1.0:
-            raise ConfigError(f"The `target_accuracy` setting must be in (0, 1], a fraction of the best single "
-                              f"strategy's accuracy. Got {self.target_accuracy!r} instead.")
+        if self.target_accuracy is None and self.min_accuracy is None:
+            self.target_accuracy, self.min_accuracy = (None, QUICK_MIN_ACCURACY) if self.quick else (DEFAULT_TARGET, None)
+        if self.target_accuracy is not None and self.min_accuracy is not None:
+            raise ConfigError("Give one of the `target_accuracy` and `min_accuracy` settings, not both.")
+        for name in ("target_accuracy", "min_accuracy"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < float(value) < 1.0:
+                raise ConfigError(f"The `{name}` setting must be in (0, 1) (target_accuracy: a fraction of the best "
+                                  f"single strategy's accuracy). Got {value!r} instead.")
+        if not 0.0 < float(self.delta) < 1.0:
+            raise ConfigError(f"The `delta` setting must be in (0, 1). Got {self.delta!r} instead.")
+        from .demo_routers import parse_routers
+
+        parse_routers(self.routers)
         if self.n_eval < 1:
             raise ConfigError(f"The `n_eval` setting must be a positive number of samples. Got {self.n_eval!r} instead.")
 
@@ -94,23 +117,14 @@ def label_split(cfg: DemoConfig, split: str, n: int, say) -> tuple[Path, Path]:
 
 
 def train_and_register(cfg: DemoConfig, labels_path: Path, say):
-    """train-router on the labels (cascade, default target), logged to MLflow, registered and promoted."""
-    from .config import TrainConfig
-    from .labels_io import load_labels
-    from .pipeline import train_router
-    from .tracking import track
+    """Every router of `cfg.routers` in both modes, logged and registered; the best certified one is champion."""
+    from . import demo_routers as R
 
-    tc = TrainConfig(data=str(labels_path), output_dir=str(Path(cfg.out) / "train"), tracking_uri=cfg.tracking_uri,
-                     register_as=cfg.register_as, promote=True, experiment="routedvlm-demo", seed=cfg.seed,
-                     target_accuracy=cfg.target_accuracy, baseline_k=MV_KEEP_TOKENS, allow_constant_features=True,
-                     calib_fraction=SPLIT_SHARE, test_fraction=SPLIT_SHARE)
-    labels, metadata = load_labels(tc.data)
-    result = train_router(tc, labels, metadata)
-    say("train-router (its own test split of the label labels):\n" + result.table)
-    info = track(tc, result, labels)
-    say(f"registered {info['registered_as']} version {info['version']} as champion ({info['champion_reason']}) "
-        f"in {info['tracking_uri']}")
-    return result, info
+    trained = R.train_all(cfg, labels_path, say)
+    best = R.register_all(trained, labels_path, say)
+    say("routers (each on its own test split of the label labels):\n" + R.summary_rows(trained))
+    say(f"champion: {best.name} ({best.result.evaluation['certificate']['chosen']})\n" + best.result.table)
+    return trained, best
 
 
 def stage_cost(cfg: DemoConfig):
@@ -192,6 +206,7 @@ def load_routed(cfg: DemoConfig, info: dict, labels_hash: str):
 
 def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
+    from . import demo_routers as R
     from . import demo_table as T
 
     stage_cost(cfg)  # a bad --cost profile fails before any labelling
@@ -199,23 +214,28 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     say = lambda msg: report(f"({time.perf_counter() - t0:5.0f} s) {msg}")  # noqa: E731
     say(f"[1/4] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
     _, label_labels = label_split(cfg, "label", cfg.n_label, say)
-    say("[2/4] train-router (cascade, LightGBM) + MLflow registration ...")
-    result, info = train_and_register(cfg, label_labels, say)
-    routed, uri = load_routed(cfg, info, result.labels_hash)
-    say(f"[3/4] {cfg.n_eval} toy `eval` samples: every strategy (the labeller), then RoutedVLM(router={uri!r})"
-        + (", mutual verification" if cfg.live_mutual_verification else "") + " and large_reason live, per sample ...")
-    eval_df, live = eval_split(cfg, routed)
+    say(f"[2/4] train-router ({cfg.routers}; cascade and one-shot each) + MLflow registration ...")
+    trained, best = train_and_register(cfg, label_labels, say)
+    routed, uri = load_routed(cfg, best.info, best.result.labels_hash)
+    binary, binary_from = R.binary_router(trained, best)
+    live_names = [CHAMPION, *([BINARY] if binary is not None else []),
+                  *([MUTUAL] if cfg.live_mutual_verification else []), REFERENCE]
+    say(f"[3/4] {cfg.n_eval} toy `eval` samples: every strategy (the labeller), then live through RoutedVLM: "
+        + ", ".join(live_names) + " ...")
+    eval_df, live = eval_split(cfg, routed, binary)
     say("[4/4] the side-by-side table ...")
-    policy, ref = routed.router.policy, T.reference_ms(eval_df)
-    rows = live_rows(live, T) + [T.replay_row(routed.router, eval_df, ref),
-                                 *T.label_rows(eval_df, list(policy.strategies), MV_KEEP_TOKENS, ref)]
-    learned = live[LEARNED]
-    header = {"router": uri, "version": info.get("version"), "tracking_uri": info["tracking_uri"],
-              "mode": policy.mode, "tau": policy.tau, "target_accuracy": cfg.target_accuracy,
-              "n_label": cfg.n_label, "n_eval": len(eval_df), "live_fallbacks": sum(r["fallback"] for r in learned),
-              "live_wall_mean_ms": rows[0]["wall_mean_ms"], "seconds": round(time.perf_counter() - t0, 1),
-              **cost_header(cfg)}
-    paths = T.write_outputs(Path(cfg.out), rows, header, T.learned_curve(routed.router, eval_df))
+    cert, ref = routed.router.policy.certificate, T.reference_ms(eval_df)
+    target = T.eval_target(eval_df, cert)
+    rows = live_rows(live, T) + T.replay_rows(trained, best, binary, binary_from, eval_df, ref, MV_KEEP_TOKENS)
+    rows = T.with_verdicts(rows, target)
+    header = {"router": uri, "champion": best.name, "version": best.info.get("version"),
+              "tracking_uri": best.info["tracking_uri"], "mode": routed.router.policy.mode,
+              "rule": routed.router.policy.decision_rule, "target": routed.router.policy.target,
+              "certificate": cert, "eval_target": target, "delta": cfg.delta, "n_routers": len(trained),
+              "n_label": cfg.n_label, "n_eval": len(eval_df),
+              "live_fallbacks": sum(r["fallback"] for r in live[CHAMPION]), "live_wall_mean_ms": rows[0]["wall_mean_ms"],
+              "seconds": round(time.perf_counter() - t0, 1), **cost_header(cfg)}
+    paths = T.write_outputs(Path(cfg.out), rows, header, T.rule_curves(best, eval_df))
     return DemoResult(rows, header, {k: str(v) for k, v in paths.items()}, T.format_text(rows))
 
 
@@ -228,35 +248,43 @@ def cost_header(cfg: DemoConfig) -> dict:
             "cost_models": meta["cost_models"], "cost_profile_sha256": meta["cost_profile_sha256"]}
 
 
-LEARNED = "learned policy (RoutedVLM)"
+CHAMPION = "champion (RoutedVLM)"
+BINARY = "binary large_direct/large_reason (RoutedVLM)"
 MUTUAL = f"mutual verification K={MV_KEEP_TOKENS} (RoutedVLM)"
 REFERENCE = "large_reason (RoutedVLM)"
 
 
-def eval_split(cfg: DemoConfig, routed):
-    """(eval labels without failed rows, {live row name: records}) for `cfg.n_eval` toy `eval` samples."""
+def eval_split(cfg: DemoConfig, routed, binary=None):
+    """(eval labels without failed rows, with the samples' images; {live row name: records}) for `cfg.n_eval`
+    toy `eval` samples."""
     from routedvlm.data.loading import load_samples
     from routedvlm.data.toyworld.make_labels import TOY_K_GRID, write_split
     from routedvlm.inference import RoutedVLM
     from routedvlm.router.strategies import default_strategies
 
+    from .probe_data import with_images
+
     out = Path(cfg.out)
     dataset = write_split("eval", cfg.n_eval, cfg.seed, out / "data")
     samples = load_samples(str(dataset), adapter="toyworld")
-    routers = {LEARNED: routed}
+    routers = {CHAMPION: routed}
+    if binary is not None:
+        routers[BINARY] = RoutedVLM(routed.pipeline, router=binary)
     if cfg.live_mutual_verification:
         routers[MUTUAL] = RoutedVLM(routed.pipeline, router=f"mutual-verification:{MV_KEEP_TOKENS}")
     routers[REFERENCE] = RoutedVLM(routed.pipeline, router=LARGE_REASON)
     _fresh(out / "labels-eval.parquet")
     _, live = evaluate_interleaved(cfg, routers, samples, default_strategies(TOY_K_GRID), out / "labels-eval.parquet")
-    return _read_ok(out / "labels-eval.parquet"), live
+    df = _read_ok(out / "labels-eval.parquet")
+    images = {s.sample_id: s.images[0] for s in samples}
+    return with_images(df, [images[i] for i in df["sample_id"]]), live
 
 
 def live_rows(live: dict, T) -> list[dict]:
     """Table rows of the live records; their speed-up reference is `large_reason` run live the same way
     (RoutedVLM with a fixed policy on the same pipeline)."""
     ref = float(sum(r["latency_ms"] for r in live[REFERENCE]) / len(live[REFERENCE]))
-    kinds = {LEARNED: "learned", MUTUAL: "baseline", REFERENCE: "reference"}
+    kinds = {CHAMPION: "learned", BINARY: "baseline", MUTUAL: "baseline", REFERENCE: "reference"}
     return [T.live_row(name, kinds[name], records, ref) for name, records in live.items()]
 
 

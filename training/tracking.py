@@ -1,16 +1,19 @@
-"""MLflow for train-router: one run per training (params, metrics, evaluation, plot, labels as a dataset
-input, the router as a pyfunc model), registration under a name, and the `champion` alias.
+"""MLflow for train-router: one run per training (params, metrics incl. the certificate, evaluation, plot, labels
+as a dataset input, the router as a pyfunc model), registration under a name, and the `champion` alias.
 
-Champion rule: the new version takes `champion` when there is none, with `--promote`, or when its test
-utility (training/evaluate.py: speed-up at a met accuracy target, or accuracy within a latency budget)
-beats the current champion's utility measured by running the champion on the SAME test rows under the SAME
-target. If the champion cannot run on these labels (other features), the champion's logged `test_utility` is
-used when it was trained on labels with the same content hash; otherwise the alias is left alone.
+Champion rule: a router whose calibration was infeasible (it could not certify its accuracy target and fell back
+to always the most accurate strategy) never takes `champion`, not even with `--promote`. Otherwise the new
+version takes it when there is none, with `--promote`, or when its test utility (training/evaluate.py: speed-up at
+a met accuracy target, or accuracy within a latency budget) beats the current champion's utility measured by
+running the champion on the SAME test rows under the SAME target. If the champion cannot run on these labels
+(other features), the champion's logged `test_utility` is used when it was trained on labels with the same
+content hash; otherwise the alias is left alone.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import warnings
 
@@ -25,21 +28,28 @@ def _flat_params(config, result) -> dict:
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
             params[f"labels.{key}"] = text[:500]
     policy = result.router.policy
-    params.update({"policy.tau": policy.tau, "policy.fallback": policy.fallback, "policy.mode": policy.mode,
+    cert = policy.certificate or {}
+    params.update({"policy.rule": json.dumps(policy.decision_rule, sort_keys=True), "policy.tau": policy.tau,
+                   "certificate.method": cert.get("method", ""), "certificate.loss": cert.get("loss", ""),
+                   "certificate.statement": str(cert.get("statement", ""))[:500],
+                   "policy.fallback": policy.fallback, "policy.mode": policy.mode,
                    "policy.paid_stages": ",".join(policy.paid_stages), "policy.n_features": len(policy.features),
                    "policy.strategies": ",".join(policy.strategies)})
     return {k: ("" if v is None else v) for k, v in params.items()}
 
 
 def _metrics(ev: dict) -> dict:
-    out = {"test_utility": ev["utility"], "test_target_met": float(ev["target_met_test"]), "auc": ev["auc"],
-           "auc_single_strategies": ev["auc_single_strategies"]}
+    cert = ev["certificate"]
+    out = {"test_utility": ev["utility"], "test_target_met": float(ev["target_met_test"]),
+           "auc_single_strategies": ev["auc_single_strategies"], **{f"auc_{k}": v for k, v in ev["auc"].items()},
+           **{f"certificate_{k}": float(cert[k]) for k in ("delta", "n", "bound", "risk_observed", "p_value",
+                                                            "rows_needed", "feasible") if cert.get(k) is not None}}
     for row in ev["rows"]:
         key = "learned" if row["kind"] == "learned" else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_")
         for m in ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason"):
             if row[m] is not None:
                 out[f"{key}.{m}"] = row[m]
-    return out
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
 
 
 def champion_utility(name: str, result) -> tuple[float | None, str]:
@@ -62,12 +72,16 @@ def champion_utility(name: str, result) -> tuple[float | None, str]:
     ev, test = result.evaluation, result.test
     try:
         champ = load_router(f"models:/{name}@{CHAMPION_ALIAS}")
-        chosen = champ.decide_with_tau(test, champ.policy.tau)
+        from .rule_family import with_agreement
+
+        rows = with_agreement(test)
+        chosen = champ.choices(rows)
         p = champ.policy
-        row = summarize("champion", "champion", realized_correct(test, chosen),
-                        realized_latency(test, chosen, p.mode, p.paid_stages), chosen,
+        row = summarize("champion", "champion", realized_correct(rows, chosen),
+                        realized_latency(rows, chosen, p.mode, p.paid_stages), chosen,
                         _ref_latency(ev))
-        return utility(row, ev["target"], ev["reference_accuracy_test"], len(test)), f"version {mv.version} re-evaluated on this test split"
+        return (utility(row, ev["target"], ev["required_test"], len(test)),
+                f"version {mv.version} re-evaluated on this test split")
     except (RoutedVLMError, KeyError) as exc:
         log.warning("cannot run the champion (version %s) on these labels: %s", mv.version, exc)
     run = client.get_run(mv.run_id) if mv.run_id else None
@@ -124,6 +138,11 @@ def _register(config, result, info, alias: str) -> dict:
     mine = result.evaluation["utility"]
     client.set_model_version_tag(name, version, "routedvlm.labels_hash", result.labels_hash)
     client.set_model_version_tag(name, version, "routedvlm.test_utility", f"{mine:.6g}")
+    cert = result.evaluation["certificate"]
+    if cert.get("feasible") is False:
+        why = f"not certified: {cert['statement']}"
+        client.set_model_version_tag(name, version, "routedvlm.certified", "false")
+        return {"registered_as": name, "version": version, "champion": False, "champion_reason": why}
     theirs, how = champion_utility(name, result)
     if config.promote or theirs is None or mine > theirs:
         why = "--promote" if config.promote else (how if theirs is None else f"utility {mine:.4g} > {theirs:.4g} ({how})")

@@ -12,7 +12,7 @@ from dataclasses import MISSING, fields
 from .config import TrainConfig
 
 EPILOG = """example:
-  train-router --data labels.parquet --target-accuracy 0.98
+  train-router --data labels.parquet --target-accuracy 0.95 --delta 0.1
   train-router --data labels.parquet --mode one-shot --max-latency-ms 800 --no-register
   mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db   # browse runs and registered routers
 """
@@ -22,8 +22,8 @@ def build_parser(prog: str = "train-router") -> argparse.ArgumentParser:
     from importlib.metadata import version
 
     parser = argparse.ArgumentParser(
-        prog=prog, description="Train a router from labels.parquet: fit, calibrate tau, evaluate "
-        "against baselines, log to MLflow and register it.", epilog=EPILOG,
+        prog=prog, description="Train a router from labels.parquet: fit, certify a decision rule "
+        "(Learn-then-Test), evaluate against baselines, log to MLflow and register it.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"routedvlm {version('routedvlm')}")
     for f in fields(TrainConfig):
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
         result = train_router(config, labels, metadata)
     ev = result.evaluation
     _progress(f"trained {len(result.router.policy.strategies)} strategy models on {ev['split']['train']} rows; "
-              f"tau={ev['tau']:.3f} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "
+              f"rule {ev['certificate']['chosen']} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "
               f"{ev['calibration']['mean_latency_ms']:.0f} ms) in {time.perf_counter() - t0:.1f}s")
     print(result.table)
     print(f"router: {result.output_dir / 'router'}  (evaluation.json, curve.png beside it)")

@@ -224,3 +224,31 @@ def test_default_router_is_the_champion_in_the_default_tracking_store(routed, im
     assert vlm.router is not None and vlm.router.policy.router_type == "lightgbm"
     out = vlm(image=images["square"], question="Color?")
     assert (out.strategy, out.fallback) == ("small_direct", False)
+
+
+@pytest.mark.parametrize("rule", ["mutual-verification", "binary"])
+def test_a_learned_router_runs_its_certified_rule(routed, pipe, images, tmp_path, rule):
+    """The rule in policy.json (not the tau-rule) decides at run time: mutual verification on a LightGBM router pays
+    both direct stages and never scores the model; the binary rule reads P(large_direct) only."""
+    from routedvlm.inference.policies import MutualVerification
+    from routedvlm.router import load_router
+    from routedvlm.router.decision_rules import binary_rule, mutual_verification_rule
+
+    folder = save_prompt_router(tmp_path / "router")
+    data = json.loads((folder / "policy.json").read_text())
+    if rule == "mutual-verification":
+        data.update(rule=mutual_verification_rule(8), mode="cascade", paid_stages=["large_direct", "small_direct"])
+    else:
+        data.update(rule=binary_rule(0.5, escalate="transfer_8"))
+    (folder / "policy.json").write_text(json.dumps(data))
+    out = routed(str(folder))(image=images["square"], question=Q)
+    d = out.decision
+    if rule == "mutual-verification":
+        ref = MutualVerification(pipe, keep_tokens=8).run(images["square"], Q)
+        assert (out.strategy, out.text) == (ref.strategy, ref.answer) and out.p_correct == {}
+        assert d["reason"] in ("agree", "disagree") and set(d["features"]) == {"feat__large_direct+small_direct__agree"}
+        assert [r["stage"] for r in out.trace][:4] == ["large_prefix", "large_direct", "small_direct", "decision"]
+    else:
+        want = load_router(folder).decide(d["features"])
+        assert (out.strategy, d["reason"]) == (want.strategy, want.reason) and want.reason in ("p>=theta", "escalate")
+        assert out.strategy == ("large_direct" if out.p_correct["large_direct"] >= 0.5 else "transfer_8")

@@ -27,7 +27,9 @@ def _toy_settings():
 def toy_samples():
     from routedvlm.data.toyworld.task import make_samples
 
-    return make_samples("eval", N_SAMPLES, seed=int(time.time()) % 100_000)  # prompts the servers have not seen
+    # fixed samples: CI starts fresh servers, and the labeller's calls are cache-salted, so earlier runs against a
+    # long-lived dev server cannot inflate what the reuse assertions read (escalate's only bound is a multiple of 32)
+    return make_samples("eval", N_SAMPLES, seed=12)
 
 
 @pytest.fixture(scope="module")

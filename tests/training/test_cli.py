@@ -141,7 +141,7 @@ def test_missing_file_wrong_schema_and_no_default(base_df, tmp_path, capsys, mon
 def test_bad_flags_exit_2(base_df, tmp_path, capsys):
     path = _write(base_df, tmp_path / "labels.parquet")
     rc, err = _run(capsys, tmp_path, "--data", str(path), "--target-accuracy", "0.9", "--max-latency-ms", "100")
-    assert rc == 2 and "give exactly one of `target_accuracy` and `max_latency_ms`" in err
+    assert rc == 2 and "give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`" in err
     rc, err = _run(capsys, tmp_path, "--data", str(path), "--strategies", "large_direct,transfer_999")
     assert rc == 2 and "`--strategies` names ['transfer_999'], which the labels do not hold" in err
     rc, err = _run(capsys, tmp_path, "--data", str(path), "--mode", "one-shot", "--features", "large_direct")
@@ -157,7 +157,8 @@ def test_without_data_uses_the_embedded_labels_and_says_so(base_df, tmp_path, ca
     out = capsys.readouterr()
     assert rc == 0
     assert f"read 400 labelled samples from the embedded toy labels {path}" in out.err
-    assert "learned (tau=" in out.out and (tmp_path / "out" / "router" / "policy.json").is_file()
+    assert "\nchosen: " in out.out and "certificate: " in out.out
+    assert (tmp_path / "out" / "router" / "policy.json").is_file()
 
 
 @pytest.mark.parametrize("writer", ["pyarrow-filtered", "pandas", "ray-folder", "glob"])

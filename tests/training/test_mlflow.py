@@ -1,5 +1,6 @@
 """train-router end to end with MLflow: default ./mlruns sqlite store, run contents, registration, the
-champion alias (a worse run does not take it, --promote does), and loading by `models:/vlm-router@champion`."""
+champion alias (a worse run does not take it, --promote does, an uncertified one never does), and loading by
+`models:/vlm-router@champion`."""
 import re
 
 import pytest
@@ -19,13 +20,15 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
 
     assert main(["train", *fast, "--output-dir", "r1"]) == 0
     out = capsys.readouterr().out
-    assert "learned (tau=" in out and "mutual-verification (K=64)" in out
+    assert "\nchosen: " in out and "mutual verification K=64" in out and "certificate: with probability" in out
     assert "registered vlm-router version 1 (champion: no champion yet)" in out
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     run = client.get_run(re.search(r"mlflow run (\w+)", out).group(1))
     assert run.data.params["labels.content_hash"] == run.data.tags["routedvlm.labels_hash"]
     assert "learned.accuracy" in run.data.metrics and "test_utility" in run.data.metrics
+    assert run.data.metrics["certificate_delta"] == 0.1 and run.data.metrics["certificate_feasible"] == 1.0
+    assert run.data.params["certificate.method"].startswith("learn-then-test") and "policy.rule" in run.data.params
     assert run.inputs.dataset_inputs[0].dataset.name == "labels"
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"evaluation.json", "curve.png", "evaluation.txt"} <= names
@@ -47,3 +50,10 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     assert "version 3 (champion: --promote)" in capsys.readouterr().out
     assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"
     assert load_router("models:/vlm-router@champion", tracking_uri=uri).policy.strategies == ["large_direct", "large_reason"]
+
+    # a target the calibration rows cannot certify: registered, never champion, not even with --promote
+    assert main(["train", *fast, "--target-accuracy", "0.999", "--output-dir", "r4", "--promote"]) == 0
+    out = capsys.readouterr().out
+    assert "certificate: infeasible with 300 calibration rows" in out
+    assert "version 4 (not champion: not certified: infeasible with 300 calibration rows" in out
+    assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"

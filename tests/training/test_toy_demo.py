@@ -30,26 +30,36 @@ def quick_demo(tmp_path_factory):
     return root / "out", buf.getvalue(), uri
 
 
+ROUTERS = ["lightgbm cascade", "lightgbm one-shot", "lora-probe cascade", "lora-probe one-shot"]
+LIVE = ["champion (RoutedVLM)", "binary large_direct/large_reason (RoutedVLM)", "mutual verification K=16 (RoutedVLM)",
+        "large_reason (RoutedVLM)"]
+
+
 @pytest.mark.slow
 def test_quick_demo_prints_and_writes_the_side_by_side_table(quick_demo):
     out, stdout, _ = quick_demo
     table = json.loads((out / "table.json").read_text())
     names = [r["name"] for r in table["rows"]]
-    expected = ["learned policy (RoutedVLM)", "mutual verification K=16 (RoutedVLM)", "large_reason (RoutedVLM)",
-                "learned policy (replayed)", "mutual verification K=16 (replayed)", *STRATEGIES, "oracle"]
-    assert names == expected
+    assert names[:4] == LIVE and names[4] == f"champion: {table['champion']} (replayed)"
+    assert [n.split(":")[0] for n in names[5:9]] == ROUTERS  # every router type in both modes, replayed on eval
+    assert names[9].startswith("binary large_direct/large_reason (replayed, ")
+    assert names[10:] == ["mutual verification K=16 (replayed)", *STRATEGIES, "oracle"]
     for row in table["rows"]:
         assert 0.0 <= row["accuracy"] <= 1.0, row
         assert row["mean_latency_ms"] > 0 and row["p90_latency_ms"] >= 0, row
         assert row["source"] == ("live" if "RoutedVLM" in row["name"] else "labels")
         assert abs(sum(row["mix"].values()) - 1.0) < 1e-3
+        assert row["verdict"].startswith(("met (+", "missed by ")) and "SE 0.1" in row["verdict"], row
     assert table["n_eval"] == 24 and table["n_label"] == 80 and table["live_fallbacks"] == 0
+    assert table["certificate"]["feasible"] and table["certificate"]["delta"] == pytest.approx(0.1 / 4)
+    assert table["eval_target"]["required"] == pytest.approx(0.6)  # --quick: the absolute 0.6 target
     assert "latency = sum of the wall-clock ms" in table["latency_note"]
     assert (out / "plot.png").stat().st_size > 10_000 and (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
     md = (out / "table.md").read_text()
-    assert all(f"| {n} |" in md for n in expected)
-    for text in ("[1/4] labelling 80 toy `label` samples", "registered vlm-router version 1 as champion",
-                 "learned policy (RoutedVLM)", "oracle", "note: latency = sum"):
+    assert all(f"| {n} |" in md for n in names) and "certificate (champion " in md
+    for text in ("[1/4] labelling 80 toy `label` samples", ": champion (--promote)", "champion (RoutedVLM)",
+                 "oracle", "note: latency = sum", "certificate (champion ", "so the champion's guarantee holds at "
+                 "delta 0.1 whichever won", "on the eval split that promises accuracy >= 0.6000"):
         assert text in stdout, text
 
 
@@ -61,14 +71,14 @@ def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
     out, _, uri = quick_demo
     router = load_router("models:/vlm-router@champion", tracking_uri=uri)
     _, meta = read_labels(out / "labels-label.parquet")
-    assert router.policy.training_data_hash == meta["content_hash"] and router.policy.mode == "cascade"
+    assert router.policy.training_data_hash == meta["content_hash"] and router.policy.certificate["feasible"]
     table = json.loads((out / "table.json").read_text())
-    assert set(table["rows"][0]["mix"]) <= set(router.policy.strategies)
-    assert table["router"] == "models:/vlm-router@champion" and table["version"] == "1"
+    assert set(table["rows"][0]["mix"]) <= set(router.policy.strategies) | {router.policy.fallback}
+    assert table["router"] == "models:/vlm-router@champion" and table["version"] == str(len(ROUTERS))
     eval_df, eval_meta = read_labels(out / "labels-eval.parquet")  # measured interleaved with the live rows
     assert len(eval_df) == 24 and eval_meta["strategies"] == STRATEGIES and eval_df["error"].isna().all()
     assert eval_meta["models"]["large"]["revision"] == meta["models"]["large"]["revision"]
-    live, replay = table["rows"][0], table["rows"][3]
+    live, replay = table["rows"][0], table["rows"][4]
     assert (live["accuracy"], live["mix"]) == (replay["accuracy"], replay["mix"])  # same decisions, live and replayed
 
 
@@ -77,8 +87,12 @@ def test_demo_config_needs_enough_label_samples_for_train_router():
 
     with pytest.raises(ConfigError, match=r"^The `n_label` setting must be at least 80 .* Got 20 instead\.$"):
         DemoConfig(n_label=20)
-    with pytest.raises(ConfigError, match=r"^The `target_accuracy` setting must be in \(0, 1\].* Got 1\.5 instead\.$"):
+    with pytest.raises(ConfigError, match=r"^The `target_accuracy` setting must be in \(0, 1\).* Got 1\.5 instead\.$"):
         DemoConfig(target_accuracy=1.5)
+    with pytest.raises(ConfigError, match=r"^The `routers` setting must list router types from 'lightgbm' or "
+                                          r"'lora-probe', comma-separated\. Got 'svm' instead\.$"):
+        DemoConfig(routers="svm")
+    assert (DemoConfig().target_accuracy, DemoConfig(quick=True).min_accuracy) == (0.95, 0.6)
     assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
     assert (DemoConfig().n_label, DemoConfig().n_eval) == (1000, 150)
 

@@ -1,11 +1,10 @@
-"""Worked examples for the cost model, the split, the operating-point pick, the AUC and the config."""
+"""Worked examples for the cost model, the split, the AUC, the utility and the config."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from routedvlm.data.labels import check_labels
 from routedvlm.router.errors import ConfigError, TrainingError
-from routedvlm.training.calibrate import OperatingPoint, pick_operating_point
 from routedvlm.training.config import TrainConfig
 from routedvlm.training.costs import expected_costs, incremental_costs, realized_latency
 from routedvlm.training.evaluate import area_under_curve, utility
@@ -37,55 +36,17 @@ def test_cost_model_worked_example():
         incremental_costs(df, s, "one-shot", ["large_direct"])
 
 
-def test_pick_operating_point_worked_example():
-    pts = pd.DataFrame({"param": [0.1, 0.5, 0.9, 1.0], "accuracy": [0.70, 0.90, 0.95, 0.96],
-                        "mean_latency_ms": [100.0, 300.0, 900.0, 1000.0]})
-    # accuracy target 0.95 of a best single accuracy 0.96 -> required 0.912 -> tau 0.9 (cheapest meeting it)
-    op = pick_operating_point(pts, {"kind": "accuracy", "value": 0.95}, 0.96)
-    assert op == OperatingPoint(0.9, 0.95, 900.0, pytest.approx(0.912), True)
-    # latency budget 500 ms -> the most accurate within it
-    assert pick_operating_point(pts, {"kind": "latency_ms", "value": 500}, 0.96).param == 0.5
-    # unreachable targets -> closest point, met=False
-    assert pick_operating_point(pts, {"kind": "accuracy", "value": 1.0}, 0.99).param == 1.0
-    assert not pick_operating_point(pts, {"kind": "latency_ms", "value": 50}, 0.96).met
-
-
-def test_pick_operating_point_margin_worked_example():
-    pts = pd.DataFrame({"param": [0.0, 0.5, 1.0], "accuracy": [0.90, 0.93, 0.98],
-                        "mean_latency_ms": [100.0, 300.0, 1000.0]})
-    target = {"kind": "accuracy", "value": 0.95}  # of a best single accuracy 0.96 -> required 0.912
-    # margin 0 (the old rule): the cheapest tau whose accuracy >= 0.912 is 0.5 (0.93)
-    assert pick_operating_point(pts, target, 0.96, margin=0.0).param == 0.5
-    # margin 1 on 100 rows: 0.93 - sqrt(.93*.07/100) = 0.93 - 0.0255 = 0.9045 < 0.912; 0.98 - 0.014 = 0.966 -> tau 1.0
-    op = pick_operating_point(pts, target, 0.96, margin=1.0, n=100)
-    assert (op.param, op.met, op.margin, op.n) == (1.0, True, 1.0, 100)
-    assert op.to_dict()["accuracy_lower_bound"] == pytest.approx(0.98 - 0.014)
-    # the same margin on 400 rows: 0.93 - 0.01276 = 0.9172 >= 0.912 -> tau 0.5 again
-    assert pick_operating_point(pts, target, 0.96, margin=1.0, n=400).param == 0.5
-    # a latency budget ignores the margin
-    assert pick_operating_point(pts, {"kind": "latency_ms", "value": 500}, 0.96, margin=1.0, n=100).param == 0.5
-
-
-def test_pick_operating_point_margin_errors():
-    pts = pd.DataFrame({"param": [0.0], "accuracy": [0.9], "mean_latency_ms": [100.0]})
-    with pytest.raises(ConfigError, match=r"^`calibration_margin` must be a finite number >= 0"):
-        pick_operating_point(pts, {"kind": "accuracy", "value": 0.9}, 0.9, margin=-1.0, n=10)
-    with pytest.raises(ConfigError, match=r"^a calibration margin of 1.0 standard errors needs"):
-        pick_operating_point(pts, {"kind": "accuracy", "value": 0.9}, 0.9, margin=1.0)
-    with pytest.raises(ConfigError, match=r"^Invalid train-router configuration: `calibration_margin` must be"):
-        TrainConfig(calibration_margin=-0.5)
-
-
 def test_area_under_curve_worked_example():
     # best accuracy within latency: 0 on [0,100), 0.5 on [100,300), 1.0 on [300,400] -> (0.5*200 + 1*100) / 400
     pts = pd.DataFrame({"mean_latency_ms": [300.0, 100.0, 200.0], "accuracy": [1.0, 0.5, 0.4]})
     assert area_under_curve(pts, 0.0, 400.0) == pytest.approx(0.5)
     row = {"accuracy": 0.9, "mean_latency_ms": 250.0, "speedup_vs_large_reason": 4.0}
-    assert utility(row, {"kind": "accuracy", "value": 0.9}, 0.95) == 4.0
-    assert utility(row, {"kind": "accuracy", "value": 1.0}, 0.95) == pytest.approx(-0.05)
+    acc = {"kind": "accuracy", "value": 0.95}
+    assert utility(row, acc, 0.855) == 4.0  # required accuracy 0.855 met
+    assert utility(row, acc, 0.95) == pytest.approx(-0.05)
     # within one standard error of the required accuracy (0.95: sqrt(.95*.05/100) = 0.022) counts as met
-    assert utility({**row, "accuracy": 0.93}, {"kind": "accuracy", "value": 1.0}, 0.95, n_test=100) == 4.0
-    assert utility(row, {"kind": "latency_ms", "value": 200}, 0.95) == pytest.approx(-0.25)
+    assert utility({**row, "accuracy": 0.93}, acc, 0.95, n_test=100) == 4.0
+    assert utility(row, {"kind": "latency_ms", "value": 200}, None) == pytest.approx(-0.25)
 
 
 def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
@@ -102,15 +63,18 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
 
 
 def test_config_validation():
-    assert TrainConfig().target == {"kind": "accuracy", "value": 0.98}
+    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95}
     assert TrainConfig(max_latency_ms=500).target == {"kind": "latency_ms", "value": 500.0}
+    assert TrainConfig(min_accuracy=0.9).target == {"kind": "min_accuracy", "value": 0.9}
     assert TrainConfig(strategies="large_direct, transfer_64").strategies == ["large_direct", "transfer_64"]
-    with pytest.raises(ConfigError, match=r"give exactly one of `target_accuracy` and `max_latency_ms`"):
+    with pytest.raises(ConfigError, match=r"give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`"):
         TrainConfig(target_accuracy=0.9, max_latency_ms=100)
     with pytest.raises(ConfigError, match=r"`mode` must be 'cascade' or 'one-shot'; got 'two-shot'"):
         TrainConfig(mode="two-shot")
-    with pytest.raises(ConfigError, match=r"`target_accuracy` must be in \(0, 1\]; got 1.5"):
+    with pytest.raises(ConfigError, match=r"`target_accuracy` must be in \(0, 1\) \(1.0 leaves no room"):
         TrainConfig(target_accuracy=1.5)
+    with pytest.raises(ConfigError, match=r"`delta` must be in \(0, 1\); got 0.0"):
+        TrainConfig(delta=0.0)
     with pytest.raises(ConfigError, match=r"`strategies` must name at least two different strategies"):
         TrainConfig(strategies="large_direct")
 

@@ -1,0 +1,172 @@
+"""The decision-rule family: how a policy turns P(correct) per strategy (and, for mutual verification, one
+feature) into one strategy per request. A rule is a small JSON object stored in `policy.json`:
+
+- `{"name": "tau", "param": t}`: the cheapest strategy (by expected cost) whose P(correct) >= t, else the fallback;
+- `{"name": "lagrangian", "param": l}`: argmax_s P(correct_s) - l * expected_cost_ms_s (l in accuracy per ms; the
+  optimum under a mean-accuracy constraint, cascade routing / Dekoninck et al. 2025); ties go to the cheaper;
+- `{"name": "binary", "param": t, "accept": "large_direct", "escalate": s}`: accept when P(accept) >= t, else s;
+- `{"name": "mutual-verification", "keep_tokens": K, "accept": "large_direct", "escalate": "transfer_K"}`: accept when
+  the two direct answers agree (`feat__large_direct+small_direct__agree` >= 0.5), else escalate; no model;
+- `{"name": "fixed", "strategy": s}`: always s; no model.
+`apply_rule` is the batch form and `apply_rule_one` the one-row form; they agree on every row (tested).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import RouterError, one_of
+from .strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, is_strategy, transfer_id
+
+AGREE_FEATURE = "feat__large_direct+small_direct__agree"
+RULE_NAMES = ("binary", "fixed", "lagrangian", "mutual-verification", "tau")
+MODEL_RULES = ("binary", "lagrangian", "tau")
+EXTRA_KEYS = {"tau": (), "lagrangian": (), "binary": ("accept", "escalate"),
+              "mutual-verification": ("keep_tokens", "accept", "escalate"), "fixed": ("strategy",)}
+
+
+def tau_rule(tau: float) -> dict:
+    return {"name": "tau", "param": float(tau)}
+
+
+def lagrangian_rule(lam: float) -> dict:
+    return {"name": "lagrangian", "param": float(lam)}
+
+
+def binary_rule(theta: float, escalate: str = LARGE_REASON, accept: str = LARGE_DIRECT) -> dict:
+    return {"name": "binary", "param": float(theta), "accept": accept, "escalate": escalate}
+
+
+def mutual_verification_rule(keep_tokens: int | None) -> dict:
+    return {"name": "mutual-verification", "param": None, "keep_tokens": keep_tokens, "accept": LARGE_DIRECT,
+            "escalate": transfer_id(keep_tokens)}
+
+
+def fixed_rule(strategy: str) -> dict:
+    return {"name": "fixed", "param": None, "strategy": strategy}
+
+
+def uses_model(rule: dict) -> bool:
+    """Whether the rule reads the router's P(correct) (tau, lagrangian, binary) or not (mutual verification, fixed)."""
+    return rule["name"] in MODEL_RULES
+
+
+def rule_features(rule: dict) -> list[str]:
+    """Features the rule itself reads (beside the model's)."""
+    return [AGREE_FEATURE] if rule["name"] == "mutual-verification" else []
+
+
+def rule_stages(rule: dict) -> list[str]:
+    """Stages that must have run before the rule can decide (mutual verification: both direct answers)."""
+    return [LARGE_DIRECT, SMALL_DIRECT] if rule["name"] == "mutual-verification" else []
+
+
+def describe(rule: dict) -> str:
+    """A short human name: 'tau-rule (tau=0.870)', 'mutual verification K=8', ..."""
+    name, param = rule["name"], rule.get("param")
+    if name == "tau":
+        return f"tau-rule (tau={param:.3f})"
+    if name == "lagrangian":
+        return f"lagrangian (lambda={param * 100:.3g}/100ms)"
+    if name == "binary":
+        return f"binary {rule['accept']}/{rule['escalate']} (p>={param:.3f})"
+    if name == "mutual-verification":
+        return f"mutual verification K={rule['keep_tokens'] if rule['keep_tokens'] is not None else 'all'}"
+    return f"always {rule['strategy']}"
+
+
+def rule_problems(rule, strategies) -> list[str]:
+    """Every problem of `rule` for a policy with candidate `strategies`, one message each."""
+    if not isinstance(rule, dict) or rule.get("name") not in RULE_NAMES:
+        got = rule.get("name") if isinstance(rule, dict) else rule
+        return [f"`rule['name']` must be {one_of(RULE_NAMES)}. Got {got!r}."]
+    name, out = rule["name"], []
+    unknown = sorted(set(rule) - {"name", "param", *EXTRA_KEYS[name]})
+    if unknown:
+        out.append(f"`rule` of kind {name!r} has unknown keys {unknown}; valid keys are "
+                   f"{one_of({'name', 'param', *EXTRA_KEYS[name]})}.")
+    out += [f"`rule` of kind {name!r} lacks the key {k!r}." for k in EXTRA_KEYS[name] if k not in rule]
+    param = rule.get("param")
+    if name in MODEL_RULES and not _finite(param):
+        out.append(f"`rule['param']` of a {name!r} rule must be a finite number. Got {param!r}.")
+    elif name == "lagrangian" and param < 0:
+        out.append(f"`rule['param']` (lambda) of a 'lagrangian' rule must be >= 0. Got {param!r}.")
+    for key in ("accept", "escalate", "strategy"):
+        if key in rule and not is_strategy(rule[key]):
+            out.append(f"`rule[{key!r}]` must be a strategy id such as 'large_reason'. Got {rule[key]!r}.")
+    if name == "binary" and rule.get("accept") not in strategies:
+        out.append(f"`rule['accept']` of a binary rule must be a candidate strategy ({one_of(strategies)}), "
+                   f"whose P(correct) it reads. Got {rule.get('accept')!r}.")
+    return out
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def apply_rule(rule: dict, p, features, order: list[str], costs: dict, fallback: str) -> np.ndarray:
+    """Chosen strategy ids (object array) for every row. `p`: DataFrame of P(correct) (columns = strategies; may be
+    None for rules that read no model), `features`: DataFrame with the rule's features, `order`: strategies by
+    cost then canonical order."""
+    name = rule["name"]
+    n = len(p) if p is not None else len(features)
+    matrix = p[order].to_numpy(dtype=float) if name in ("tau", "lagrangian") and n and order else None
+    accept = p[rule["accept"]].to_numpy(dtype=float) if name == "binary" else None
+    agree = features[AGREE_FEATURE].to_numpy(dtype=float) if name == "mutual-verification" else None
+    return apply_rule_arrays(rule, n, matrix, accept, agree, order, costs, fallback)
+
+
+def apply_rule_arrays(rule: dict, n: int, matrix, accept, agree, order: list[str], costs: dict,
+                      fallback: str) -> np.ndarray:
+    """The core of `apply_rule` on arrays: `matrix` = P(correct) with columns in `order` (tau, lagrangian),
+    `accept` = P(accept strategy) (binary), `agree` = the agreement feature (mutual verification)."""
+    name = rule["name"]
+    if name == "fixed":
+        return np.full(n, rule["strategy"], dtype=object)
+    if name == "mutual-verification":
+        ok = np.nan_to_num(np.asarray(agree, dtype=float), nan=0.0) >= 0.5
+        return np.where(ok, rule["accept"], rule["escalate"]).astype(object)
+    if name == "binary":
+        return np.where(np.asarray(accept) >= rule["param"], rule["accept"], rule["escalate"]).astype(object)
+    if n == 0 or not order:  # NaN compares False above
+        return np.full(n, fallback, dtype=object)
+    names = np.array(order, dtype=object)
+    if name == "tau":
+        ok = matrix >= rule["param"]
+        return np.where(ok.any(axis=1), names[ok.argmax(axis=1)], fallback).astype(object)
+    score = np.where(np.isnan(matrix), -np.inf, matrix - rule["param"] * np.array([costs[s] for s in order]))
+    best = score.argmax(axis=1)  # first maximum: the cheaper on ties
+    return np.where(np.isfinite(score.max(axis=1)), names[best], fallback).astype(object)
+
+
+def apply_rule_one(rule: dict, p: dict, features: dict, order: list[str], costs: dict, fallback: str) -> tuple[str, str]:
+    """(strategy, reason) for one row; the scalar twin of `apply_rule`."""
+    name = rule["name"]
+    if name == "fixed":
+        return rule["strategy"], "fixed"
+    if name == "mutual-verification":
+        v = features.get(AGREE_FEATURE)
+        agree = v is not None and float(v) >= 0.5  # NaN >= 0.5 is False
+        return (rule["accept"], "agree") if agree else (rule["escalate"], "disagree")
+    if name == "binary":
+        return (rule["accept"], "p>=theta") if p[rule["accept"]] >= rule["param"] else (rule["escalate"], "escalate")
+    if name == "tau":
+        for s in order:
+            if p[s] >= rule["param"]:  # NaN compares False
+                return s, "p>=tau"
+        return fallback, "fallback"
+    best, best_score = None, -math.inf
+    for s in order:
+        score = p[s] - rule["param"] * costs[s]
+        if score > best_score:  # strict: the cheaper wins ties; NaN never wins
+            best, best_score = s, score
+    return (best, "argmax p-lambda*cost") if best is not None else (fallback, "fallback")
+
+
+def check_rule(rule: dict, strategies) -> dict:
+    """`rule` validated (RouterError listing every problem)."""
+    problems = rule_problems(rule, strategies)
+    if problems:
+        raise RouterError("Invalid decision rule:\n  - " + "\n  - ".join(problems))
+    return rule

@@ -1,6 +1,7 @@
 """Validation of labels.parquet (schema version 1): every problem of a table or file, reported at once.
 
 Failed rows (an `error` value) are excluded from the value checks; sample ids are checked on every row.
+Latencies and token counts must be finite, >= 0 and below MAX_MEASUREMENT; features finite or NaN (missing).
 A DataFrame given without metadata skips the metadata checks; a file without metadata is a problem when `strict`
 (`labels validate --strict`, the library default). Not strict (train-router, `labels validate`), the metadata
 problems of a table another tool wrote or filtered (no `routedvlm` metadata, a stale content hash, a K grid or
@@ -23,6 +24,8 @@ from .labels import (
 from .sample import TASK_TYPES
 
 MAX_EXAMPLES = 3
+MAX_MEASUREMENT = 1e9  # ms (11.6 days) or tokens: a latency or token count above this is not a measurement
+COSTS = ("latency_ms", "escalate", "output_tokens")
 KIND_DTYPE = {"answer": "string", "correct": "bool", "latency_ms": "float", "output_tokens": "int",
               "escalate": "float", "feature": "float", "base": "string", "label": "string", "error": "string"}
 
@@ -44,7 +47,10 @@ def _dtype_ok(s: pd.Series, want: str) -> bool:
     if want == "int":
         if pd.api.types.is_integer_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype):
             return True  # float with nulls: an int column after a round trip with failed rows
-        return pd.api.types.is_float_dtype(s.dtype) and bool(np.all(np.mod(non_null.to_numpy(float), 1) == 0))
+        if not pd.api.types.is_float_dtype(s.dtype):
+            return False
+        with np.errstate(invalid="ignore"):  # inf: not an integer (and reported as infinite)
+            return bool(np.all(np.mod(non_null.to_numpy(float), 1) == 0))
     return pd.api.types.is_float_dtype(s.dtype)
 
 
@@ -94,6 +100,10 @@ def _strategy_problems(df) -> list[str]:
 
 def _row_problems(df, ok: np.ndarray) -> list[str]:
     out = []
+    if len(df) == 0:
+        return ["the table is empty (0 rows): label some samples first"]
+    if not ok.any():
+        out.append(f"no usable rows: all {len(df)} row(s) are failed samples (`error` is set)")
     if "sample_id" in df.columns:
         sid = df["sample_id"]
         empty = sid.isna() | (sid.astype(str).str.strip() == "")
@@ -106,16 +116,44 @@ def _row_problems(df, ok: np.ndarray) -> list[str]:
     ids = rows["sample_id"] if "sample_id" in rows.columns else pd.Series(rows.index, index=rows.index)
     for c in map(str, rows.columns):
         kind, arg = classify_column(c)
-        if kind in ("feature", "error", "unknown") or (kind in PER_STRATEGY and not is_strategy(arg)):
+        if kind in ("error", "unknown") or (kind in PER_STRATEGY and not is_strategy(arg)):
+            continue
+        if kind == "feature":
+            out += _feature_values(rows[c], c, ids)
             continue
         nan = rows[c].isna().to_numpy()
         if nan.any():
             out.append(f"column {c!r} has {int(nan.sum())} missing value(s) in rows without an error "
                        f"(sample_id {_examples(ids[nan])})")
-        if kind in ("latency_ms", "escalate", "output_tokens") and pd.api.types.is_numeric_dtype(rows[c].dtype):
-            neg = (rows[c].to_numpy(dtype=float) < 0)
-            if neg.any():
-                out.append(f"column {c!r} has {int(neg.sum())} negative value(s) (sample_id {_examples(ids[neg])})")
+        if kind in COSTS and pd.api.types.is_numeric_dtype(rows[c].dtype) and not pd.api.types.is_bool_dtype(rows[c].dtype):
+            out += _cost_values(rows[c].to_numpy(dtype=float), c, ids)
+    return out + _value_set_problems(rows, ids)
+
+
+def _cost_values(v: np.ndarray, c: str, ids) -> list[str]:
+    """Latencies and token counts: finite, >= 0 and not absurdly large (NaN is reported as missing)."""
+    out = []
+    for mask, what in ((np.isinf(v), "infinite"), (v < 0, "negative"),
+                       (np.isfinite(v) & (v > MAX_MEASUREMENT), f"absurd (> {MAX_MEASUREMENT:g})")):
+        if mask.any():
+            out.append(f"column {c!r} has {int(mask.sum())} {what} value(s) (sample_id {_examples(ids[mask])}); "
+                       "latencies and token counts must be finite numbers >= 0")
+    return out
+
+
+def _feature_values(s: pd.Series, c: str, ids) -> list[str]:
+    """Features: NaN is a missing value (allowed), +-inf is not a value."""
+    if not pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype):
+        return []  # reported by the dtype check
+    inf = np.isinf(s.to_numpy(dtype=float))
+    if not inf.any():
+        return []
+    return [f"feature column {c!r} has {int(inf.sum())} infinite value(s) in {len(s)} row(s) (sample_id "
+            f"{_examples(ids[inf])}); features must be finite (NaN marks a missing value)"]
+
+
+def _value_set_problems(rows, ids) -> list[str]:
+    out = []
     if "task_type" in rows.columns:
         bad = rows["task_type"].notna() & ~rows["task_type"].isin(TASK_TYPES)
         if bad.any():

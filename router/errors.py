@@ -50,6 +50,10 @@ class RouterLoadError(RouterError):
     """A router artifact cannot be loaded: missing or damaged files, a digest mismatch, a path outside its folder."""
 
 
+class TrackingStoreError(RoutedVLMError, OSError):
+    """The MLflow tracking/registry store cannot be created, opened or written."""
+
+
 class TrainingError(RoutedVLMError, ValueError):
     """train-router cannot train on the given labels (too few rows, no correct label...)."""
 

@@ -101,9 +101,9 @@ def download_router(uri: str, *, tracking_uri: str | None = None, dst: str | Non
 
     from .tracking import setup_mlflow
 
-    setup_mlflow(tracking_uri)
     dst = dst or tempfile.mkdtemp(prefix="routedvlm-router-")
     try:
+        setup_mlflow(tracking_uri)
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst))
     except Exception as exc:  # MlflowException, OSError...: report uniformly
         raise RouterLoadError(f"Cannot download router {uri!r} from MLflow ({type(exc).__name__}: {exc}).") from None

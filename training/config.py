@@ -63,7 +63,10 @@ class TrainConfig:
     num_leaves: int = _f(15, "LightGBM leaves per tree")
     learning_rate: float = _f(0.05, "LightGBM learning rate")
     allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
-    allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing")
+    allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing "
+                                             "(infinite values always fail)")
+    max_features: int = _f(256, "sanity limit on the number of feature columns a router trains on (more fail: "
+                                "choose them with --features)")
     seed: int = _f(0, "seed for the split and LightGBM")
     dataset: str | None = _f(None, "lora-probe: data set id or path the labels were made from (default: the labels' "
                                    "sample_source metadata)")
@@ -97,7 +100,7 @@ class TrainConfig:
         for name in ("calib_fraction", "test_fraction"):
             if not 0.0 < getattr(self, name) < 0.5:
                 problems.append(f"`{name}` must be in (0, 0.5); got {getattr(self, name)!r}")
-        for name in ("num_boost_round", "num_leaves"):
+        for name in ("num_boost_round", "num_leaves", "max_features"):
             if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
                 problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
         problems += self._probe_problems()

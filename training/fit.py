@@ -68,19 +68,30 @@ def paid_stages_for(features: list[str], mode: str) -> list[str]:
 
 
 def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = False,
-                   allow_missing: bool = False) -> list[str]:
-    """The usable features. TrainingError for NaN/non-finite values (unless `allow_missing`: LightGBM then
-    treats them as missing) and for constant columns (unless `allow_constant`: they are dropped)."""
-    values = df[features].apply(pd.to_numeric, errors="coerce")
-    counts = (~np.isfinite(values.to_numpy(dtype=float))).sum(axis=0)
-    bad = {c: int(n) for c, n in zip(features, counts) if n}
+                   allow_missing: bool = False, max_features: int | None = None) -> list[str]:
+    """The usable features. TrainingError for more than `max_features` columns, for +-inf values (always: only NaN
+    marks a missing value), for NaN (unless `allow_missing`: LightGBM then treats them as missing) and for
+    constant columns (unless `allow_constant`: they are dropped)."""
+    if max_features is not None and len(features) > max_features:
+        raise TrainingError(f"{len(features)} feature columns selected (e.g. {features[:3]}); the sanity limit is "
+                            f"{max_features} (--max-features). Choose the features with --features, or raise "
+                            "--max-features if this many are intended (training time grows with them).")
+    values = df[features].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+    inf = {c: int(n) for c, n in zip(features, np.isinf(values).sum(axis=0)) if n}
+    if inf:
+        raise TrainingError(f"Feature columns with infinite values (rows affected, of {len(df)}): {_short(inf)}. "
+                            "Only NaN marks a missing value, so --allow-missing-features does not apply; fix the "
+                            "labeller's features or drop these columns with --features.")
+    bad = {c: int(n) for c, n in zip(features, np.isnan(values).sum(axis=0)) if n}
     if bad and allow_missing:
-        log.warning("feature columns with missing values (rows): %s; LightGBM treats them as missing", bad)
+        log.warning("feature columns with missing (NaN) values (rows, of %d): %s; LightGBM treats them as missing",
+                    len(df), _short(bad))
     elif bad:
-        raise TrainingError(f"Feature columns with NaN or non-numeric values (rows affected): {bad}. "
-                            "Fix the labeller's features, drop these columns with --features, or pass "
+        raise TrainingError(f"Feature columns with NaN or non-numeric values (rows affected, of {len(df)}): "
+                            f"{_short(bad)}. Fix the labeller's features, drop these columns with --features, or pass "
                             "--allow-missing-features.")
-    constant = [c for c in features if values[c].nunique(dropna=True) <= 1]
+    frame = pd.DataFrame(values, columns=features)
+    constant = [c for c in features if frame[c].nunique(dropna=True) <= 1]
     if constant and not allow_constant:
         raise TrainingError(f"Constant feature columns {constant} carry no information. Drop them with "
                             "--features, or pass --allow-constant-features to drop them automatically.")
@@ -90,6 +101,12 @@ def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool =
     if constant:
         log.warning("dropping constant feature columns %s", constant)
     return kept
+
+
+def _short(counts: dict) -> str:
+    items = list(counts.items())
+    text = ", ".join(f"{c!r}: {n}" for c, n in items[:10])
+    return "{" + text + (f", ... ({len(items)} columns)" if len(items) > 10 else "") + "}"
 
 
 def lgb_params(num_leaves: int = 15, learning_rate: float = 0.05, seed: int = 0, num_threads: int = 1) -> dict:
@@ -107,10 +124,15 @@ def fit_models(train: pd.DataFrame, features: list[str], strategies: list[str], 
     """Return (boosters by strategy, constant P(correct) by strategy for all-correct/all-wrong targets)."""
     import lightgbm as lgb
 
+    import time
+
     params = params or lgb_params()
     x = train[features].to_numpy(dtype=float)
     boosters, constants = {}, {}
-    for s in strategies:
+    t0 = time.perf_counter()
+    for i, s in enumerate(strategies):
+        if i:
+            log.info("fitted %d/%d strategy models in %.1fs", i, len(strategies), time.perf_counter() - t0)
         y = train[f"correct__{s}"].to_numpy(dtype=bool).astype(float)
         if y.min() == y.max():
             constants[s] = float(y[0])

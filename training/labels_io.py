@@ -54,6 +54,11 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     if embedded:
         log.warning("no --data given: using the embedded toy labels at %s", path)
     df, metadata = schema.read_labels(path)
+    failed = schema.failed_rows(df)
+    if not (~failed).any():  # no usable row (empty, or every sample failed): the row count says it best
+        from .split import check_enough_rows
+
+        check_enough_rows(df.loc[~failed], int(failed.sum()))
     warnings = schema.check_labels(df, metadata, strict=False)
     actual = schema.content_hash(df)
     for msg in warnings:
@@ -66,7 +71,6 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     metadata = {**metadata, "content_hash": actual}
     if embedded:
         metadata = with_installed_toy_models(metadata)
-    failed = schema.failed_rows(df)
     if failed.any():
         log.warning("ignoring %d failed sample(s) (the `error` column is set)", int(failed.sum()))
         df = df.loc[~failed].reset_index(drop=True)

@@ -114,7 +114,8 @@ def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = Non
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
-    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features)
+    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features,
+                                     config.max_features)
     return candidates, features, fitmod.paid_stages_for(features, config.mode)
 
 

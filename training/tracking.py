@@ -95,21 +95,61 @@ def _ref_latency(ev: dict) -> float | None:
     return rows[0]["mean_latency_ms"] if rows else None
 
 
+def nonfinite_metrics(ev: dict) -> dict:
+    """The learned policy's test metrics that the champion rule reads and that are not finite numbers."""
+    import math
+
+    learned = ev["rows"][-1]
+    values = {"test_utility": ev["utility"], **{f"learned.{m}": learned.get(m) for m in
+                                                ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason")}}
+    return {k: v for k, v in values.items() if not (v is None and k.endswith("speedup_vs_large_reason"))
+            and not (isinstance(v, (int, float)) and math.isfinite(v))}
+
+
 def track(config, result, labels_df) -> dict:
-    """Log the run, register the router (unless --no-register) and update the champion alias."""
+    """Log the run, register the router (unless --no-register) and update the champion alias. A router whose test
+    metrics are not finite is neither logged nor registered (TrainingError)."""
+    from routedvlm.router.errors import TrainingError
+
+    bad = nonfinite_metrics(result.evaluation)
+    if bad:
+        raise TrainingError(f"The router's test metrics are not finite ({bad}); it is not logged or registered (the "
+                            f"folder is {result.output_dir / 'router'}). Check the labels' latencies "
+                            "(routedvlm labels validate) and retrain.")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow import MlflowClient
+
+    from routedvlm.router.tracking import CHAMPION_ALIAS, get_or_create_experiment, setup_mlflow, sqlite_path, store_lock
+
+    from .registry import promote, recover_interrupted, register
+
+    uri = setup_mlflow(config.tracking_uri)
+    name = None if config.no_register else config.register_as
+    with store_lock(uri):  # a sqlite store: one train-router at a time logs, registers and promotes
+        exp_id = get_or_create_experiment(config.experiment, uri)
+        out = {"tracking_uri": uri, "experiment_id": exp_id, "recovered": []}
+        if sqlite_path(uri) is not None:
+            out["recovered"] = recover_interrupted(MlflowClient(), exp_id, name)
+        for note in out["recovered"]:
+            log.warning("%s", note)
+        _log_run(config, result, labels_df, exp_id, out, locked=sqlite_path(uri) is not None)
+        if name:  # after the run ended: a version always points at a finished run
+            version = register(out["model_uri"], name, result.labels_hash, result.evaluation["utility"])
+            out.update(promote(config, result, version, CHAMPION_ALIAS))
+    return out
+
+
+def _log_run(config, result, labels_df, exp_id: str, out: dict, *, locked: bool) -> None:
     import mlflow
 
     from routedvlm.router.mlflow_model import log_router_model
-    from routedvlm.router.tracking import CHAMPION_ALIAS, get_or_create_experiment, setup_mlflow
 
-    uri = setup_mlflow(config.tracking_uri)
-    exp_id = get_or_create_experiment(config.experiment, uri)
-    out = {"tracking_uri": uri, "experiment_id": exp_id}
-    with mlflow.start_run(experiment_id=exp_id) as run:
+    from .registry import LOCK_TAG
+
+    tags = {"routedvlm.labels_hash": result.labels_hash, "routedvlm.router_type": result.router.policy.router_type,
+            "routedvlm.target": json.dumps(result.evaluation["target"]), **({LOCK_TAG: "held"} if locked else {})}
+    with mlflow.start_run(experiment_id=exp_id, tags=tags) as run:  # created with its tags: a kill finds them
         out["run_id"] = run.info.run_id
-        mlflow.set_tags({"routedvlm.labels_hash": result.labels_hash, "routedvlm.router_type": result.router.policy.router_type,
-                         "routedvlm.target": json.dumps(result.evaluation["target"])})
         mlflow.log_params(_flat_params(config, result))
         mlflow.log_metrics(_metrics(result.evaluation))
         mlflow.log_artifact(str(result.output_dir / "evaluation.json"))
@@ -121,32 +161,4 @@ def track(config, result, labels_df) -> dict:
             dataset = mlflow.data.from_pandas(labels_df, source=result.metadata.get("source_path") or "in-memory",
                                               name="labels", digest=result.labels_hash[:16])
             mlflow.log_input(dataset, context="training")
-        name = None if config.no_register else config.register_as
-        info = log_router_model(result.output_dir / "router", name="router", registered_model_name=name)
-        out["model_uri"] = info.model_uri
-    if name:
-        out.update(_register(config, result, info, CHAMPION_ALIAS))
-    return out
-
-
-def _register(config, result, info, alias: str) -> dict:
-    from mlflow import MlflowClient
-
-    client = MlflowClient()
-    version = str(info.registered_model_version)
-    name = config.register_as
-    mine = result.evaluation["utility"]
-    client.set_model_version_tag(name, version, "routedvlm.labels_hash", result.labels_hash)
-    client.set_model_version_tag(name, version, "routedvlm.test_utility", f"{mine:.6g}")
-    cert = result.evaluation["certificate"]
-    if cert.get("feasible") is False:
-        why = f"not certified: {cert['statement']}"
-        client.set_model_version_tag(name, version, "routedvlm.certified", "false")
-        return {"registered_as": name, "version": version, "champion": False, "champion_reason": why}
-    theirs, how = champion_utility(name, result)
-    if config.promote or theirs is None or mine > theirs:
-        why = "--promote" if config.promote else (how if theirs is None else f"utility {mine:.4g} > {theirs:.4g} ({how})")
-        client.set_registered_model_alias(name, alias, version)
-        return {"registered_as": name, "version": version, "champion": True, "champion_reason": why}
-    why = f"utility {mine:.4g} <= champion's {theirs:.4g} ({how})"
-    return {"registered_as": name, "version": version, "champion": False, "champion_reason": why}
+        out["model_uri"] = log_router_model(result.output_dir / "router", name="router").model_uri

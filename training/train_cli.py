@@ -46,15 +46,21 @@ def _progress(msg: str) -> None:
 
 
 def _track(track, config, result, labels) -> dict:
-    from mlflow.exceptions import MlflowException
+    """`track(...)`, with every failure of the store (MLflow, SQLAlchemy, alembic, the store lock, the file system)
+    turned into a one-line TrainingError (exit 2); the traceback goes to the debug log."""
+    import logging
 
-    from routedvlm.router.errors import TrainingError
+    from routedvlm.router.errors import RoutedVLMError, TrainingError
+    from routedvlm.router.tracking import one_line
 
     try:
         return track(config, result, labels)
-    except MlflowException as exc:
-        raise TrainingError(f"MLflow logging failed ({exc}). The router itself is saved in "
-                            f"{result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
+    except RoutedVLMError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a boundary: the router is saved, the store failed
+        logging.getLogger(__name__).debug("MLflow logging failed", exc_info=True)
+        raise TrainingError(f"MLflow logging failed ({type(exc).__name__}: {one_line(exc)}). The router itself is "
+                            f"saved in {result.output_dir / 'router'}; check --tracking-uri or pass --no-mlflow.") from None
 
 
 def main(argv: list[str] | None = None, prog: str = "train-router") -> int:

@@ -84,6 +84,16 @@ BROKEN = {
     "unknown label": (lambda d: d.assign(label="large_reason"), r"'label' value\(s\) 'large_reason' are not strategies"),
     "bad reference": (lambda d: d.assign(reference="not json"), r"'reference' must hold JSON strings; 6 row"),
     "negative latency": (lambda d: d.assign(latency_ms__escalate_all=-1.0), r"'latency_ms__escalate_all' has 6 negative"),
+    "inf latency": (lambda d: d.assign(latency_ms__large_direct=np.where(d.index == 1, np.inf, 1.0)),
+                    r"^column 'latency_ms__large_direct' has 1 infinite value\(s\) \(sample_id 's1'\); latencies and"),
+    "absurd latency": (lambda d: d.assign(latency_ms__escalate_16=1e308),
+                       r"^column 'latency_ms__escalate_16' has 6 absurd \(> 1e\+09\) value\(s\)"),
+    "inf tokens": (lambda d: d.assign(output_tokens__small_direct=np.where(d.index < 2, np.inf, 3.0)),
+                   r"^column 'output_tokens__small_direct' has 2 infinite value\(s\)"),
+    "inf feature": (lambda d: d.assign(feat__prompt__question_words=np.where(d.index == 4, -np.inf, np.inf)),
+                    r"^feature column 'feat__prompt__question_words' has 6 infinite value\(s\) in 6 row\(s\)"),
+    "empty table": (lambda d: d.iloc[:0], r"^the table is empty \(0 rows\)"),
+    "all failed": (lambda d: d.assign(error="boom"), r"^no usable rows: all 6 row\(s\) are failed samples"),
 }
 
 
@@ -100,6 +110,11 @@ def test_several_problems_at_once_and_check_raises(tmp_path):
     assert len(problems) == 3
     with pytest.raises(LabelsError, match=r"^The labels table does not follow labels schema version 1 \(3 problem"):
         L.check_labels(df)
+
+
+def test_nan_features_are_missing_values_not_problems():
+    df = make_labels().assign(feat__prompt__question_words=np.nan)
+    assert L.validate_labels(df) == []
 
 
 def test_failed_rows_are_excluded_from_value_checks():

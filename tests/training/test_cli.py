@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from routedvlm.data.labels import compute_labels, strategies_in, write_labels
@@ -93,8 +94,16 @@ def _constant_feature(df):
 BAD = [
     ("no correct label", _no_correct, r"No candidate strategy is correct on any of the 400 rows"),
     ("single strategy", _single_strategy, r"needs at least two candidate strategies to route between"),
-    ("nan feature", _nan_feature, r"Feature columns with NaN or non-numeric values \(rows affected\): "
+    ("nan feature", _nan_feature, r"Feature columns with NaN or non-numeric values \(rows affected, of 400\): "
                                   r"\{'feat__prompt__question_words': 134\}"),
+    ("inf feature", lambda df: _nan_feature(df).replace(np.nan, np.inf),
+     r"feature column 'feat__prompt__question_words' has 134 infinite value\(s\) in 400 row\(s\)"),
+    ("inf latency", lambda df: df.assign(latency_ms__large_reason=np.where(df.index == 7, np.inf, df["latency_ms__large_reason"])),
+     r"column 'latency_ms__large_reason' has 1 infinite value\(s\)"),
+    ("all failed", lambda df: df.assign(error="boom"), r"error: The labels have 0 usable row\(s\) \(after dropping 400 "
+                                                       r"failed sample\(s\)\)"),
+    ("too many features", lambda df: pd.concat([df, pd.DataFrame({f"feat__prompt__x{i}": np.arange(len(df)) * 1.0 + i for i in range(300)}, index=df.index)], axis=1),
+     r"^error: 30\d feature columns selected \(e.g. .*\); the sanity limit is 256 \(--max-features\)"),
     ("constant feature", _constant_feature, r"Constant feature columns \['feat__prompt__option_count'\]"),
     ("too few rows", lambda df: df.head(60), r"The labels have 60 usable row\(s\); train-router needs at least 80"),
     # the row count comes first: dropping constant features or finding no correct candidate would not help
@@ -119,7 +128,7 @@ def test_bad_labels_exit_2_with_a_clear_message(name, mutate, message, base_df, 
     assert "\nerror: " in "\n" + err
     import re
 
-    assert re.search(message, err), err
+    assert re.search(message, err, re.M), err
 
 
 def test_missing_file_wrong_schema_and_no_default(base_df, tmp_path, capsys, monkeypatch):

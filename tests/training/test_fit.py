@@ -39,3 +39,19 @@ def test_small_direct_features_and_a_constant_target(synthetic_df, tmp_path):
     loaded = load_router(tmp_path / "router")
     d = loaded.decide(df.iloc[0].to_dict())
     assert d.p_correct["small_direct"] == 0.0 and d.strategy != "small_direct"
+
+
+def test_infinite_feature_values_are_not_missing_values(synthetic_df):
+    import numpy as np
+
+    from routedvlm.router.errors import TrainingError
+    from routedvlm.training.fit import check_features
+
+    cols = ["feat__prompt__question_words", "feat__large_direct__logprob_mean"]
+    df = synthetic_df.head(50).copy()
+    df.loc[df.index[:3], cols[0]] = np.nan
+    assert check_features(df, cols, allow_missing=True) == cols  # NaN: LightGBM's missing value
+    df.loc[df.index[5:7], cols[1]] = -np.inf
+    with pytest.raises(TrainingError, match=r"^Feature columns with infinite values \(rows affected, of 50\): "
+                                            r"\{'feat__large_direct__logprob_mean': 2\}. Only NaN marks a missing value"):
+        check_features(df, cols, allow_missing=True)

@@ -57,3 +57,23 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     assert "certificate: infeasible with 300 calibration rows" in out
     assert "version 4 (not champion: not certified: infeasible with 300 calibration rows" in out
     assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "3"
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the evaluation computes with the inf latencies
+def test_a_router_with_non_finite_test_metrics_is_never_logged_or_registered(synthetic_df, tmp_path):
+    import numpy as np
+
+    from routedvlm.router.errors import TrainingError
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.pipeline import train_router
+    from routedvlm.training.split import split_labels
+    from routedvlm.training.tracking import track
+
+    df = synthetic_df.head(600).copy()  # a DataFrame is not validated like a file: an inf latency gets through
+    test_ids = split_labels(df, 0.2, 0.2, 0).test["sample_id"]
+    df.loc[df["sample_id"].isin(test_ids), "latency_ms__large_reason"] = np.inf  # only in the test split
+    store = tmp_path / "store"
+    config = TrainConfig(output_dir=str(tmp_path / "out"), num_boost_round=20, tracking_uri=f"sqlite:///{store}/mlflow.db")
+    result = train_router(config, df, {"content_hash": "inf"})
+    with pytest.raises(TrainingError, match=r"^The router's test metrics are not finite \(\{.*'learned\.mean_latency_ms': inf"):
+        track(config, result, df)
+    assert not store.exists()

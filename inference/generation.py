@@ -8,12 +8,31 @@ of it, saving and restoring the Qwen-VL position offset (`model.model.rope_delta
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import time
 from dataclasses import dataclass, field
 
 _PIXEL_KEYS = ("pixel_values", "pixel_values_images")
+_CLOCK = time.perf_counter  # what every time stamp here reads (see `clock`)
+
+
+def now() -> float:
+    """The current time stamp in seconds from the active clock (wall clock unless `clock` swapped it)."""
+    return _CLOCK()
+
+
+@contextlib.contextmanager
+def clock(fn):
+    """Inside the block, time stamps come from `fn`: e.g. `time.process_time` (CPU seconds of this process), which
+    on a shared, loaded CPU with one torch thread measures what an idle core would take. Not for CUDA timings."""
+    global _CLOCK
+    previous, _CLOCK = _CLOCK, fn
+    try:
+        yield
+    finally:
+        _CLOCK = previous
 
 
 @dataclass
@@ -56,7 +75,7 @@ class _StepRecorder:
 
         if self.sync is not None:
             self.sync()
-        self.times.append(time.perf_counter())
+        self.times.append(now())
         logp = torch.log_softmax(scores.float(), dim=-1)
         if self.first_logits is None:
             self.first_logits = scores.detach().float().clone()
@@ -82,12 +101,12 @@ def encode_images(model, inputs: dict):
     fn = model.base_model.get_image_features
     names = [k for k in inspect.signature(fn).parameters if k != "kwargs" and k in inputs]
     sync = _sync_fn(model)
-    t0 = time.perf_counter()
+    t0 = now()
     with torch.inference_mode():
         feats = fn(**{k: inputs[k] for k in names}, return_dict=True)
     if sync:
         sync()
-    ms = (time.perf_counter() - t0) * 1000
+    ms = (now() - t0) * 1000
     rest = {k: v for k, v in inputs.items() if k not in _PIXEL_KEYS}
     return rest, {"image": feats}, ms
 
@@ -124,14 +143,14 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     if eos_token_id is not None:
         extra["eos_token_id"] = eos_token_id
     n_in = inputs["input_ids"].shape[1]
-    t0 = time.perf_counter()
+    t0 = now()
     with torch.inference_mode():
         out = model.generate(
             **inputs, **extra, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([rec]),
             return_dict_in_generate=True,
         )
-    t_end = time.perf_counter()
+    t_end = now()
     ids = out.sequences[0, n_in:].tolist()
     first = rec.times[0] if rec.times else t_end
     logprobs = torch.stack(rec.logprobs).flatten().tolist()[: len(ids)] if rec.logprobs else []

@@ -10,7 +10,6 @@ overrides the preset, so the same path runs on a CPU with a tiny shape (tests).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
@@ -78,6 +77,7 @@ def gpu_tests(device: str, root: pathlib.Path | None = None, timeout: int = 600)
 def run_gpu_check(settings, shapes: list, out: pathlib.Path, plots_dir: pathlib.Path, escalation: dict,
                   show_progress: bool = True, memory_margin_gib: float = 1.0) -> dict:
     """The three steps of the module docstring; writes `out` (JSON) and the plots, returns the JSON content."""
+    from .profile_env import write_json
     from .profile_plots import plot_components, plot_crossover
     from .profiler import run_profile
 
@@ -97,10 +97,7 @@ def run_gpu_check(settings, shapes: list, out: pathlib.Path, plots_dir: pathlib.
     result["gpu_tests"] = gpu_tests(settings.device)
     _step(steps, "gpu_tests", t0)
     result.update(preset="gpu-check", steps=steps, seconds=round(time.perf_counter() - t_all, 1))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, out)
+    write_json(out, result)
     result["written"] = [str(out), str(plot_components(result, plots_dir / "components.png")),
                          str(plot_crossover(result, plots_dir / "crossover.png"))]
     return result

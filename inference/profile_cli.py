@@ -5,8 +5,6 @@ Only argparse at import time (no torch), so `--help` is fast; the measurement li
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
 import sys
 
@@ -17,7 +15,7 @@ EPILOG = """example:
       --output-tokens 1,16,64,256 --repeats 3 --out profile.json --plots-dir plots/
   routedvlm profile --model http://127.0.0.1:8002/v1#toy-small --model http://127.0.0.1:8001/v1#toy-large \\
       --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
-  routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \
+  routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \\
       --prompt-tokens 8,48,128 --output-tokens 1,4,16 --repeats 1 --out profile.json   # real sizes, random weights
   routedvlm profile --preset gpu-check   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation, GPU tests
 then: routedvlm label ... --cost profile.json   (deterministic latencies from the fitted model)
@@ -83,12 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: the checkpoint's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random images and shape weights (default 0)")
     p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded warm-up call per image size")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="wall",
+                   help="wall (default) or cpu: CPU seconds of the process, so a shared, loaded CPU measures what an "
+                        "idle core would take (with OMP_NUM_THREADS=1; CPU devices only)")
     p.add_argument("--memory-margin-gib", type=float, default=1.0, metavar="GIB",
                    help="refuse to build a --shape unless this much memory stays free beyond its estimate (default 1)")
     p.add_argument("--out", type=pathlib.Path, default=None, help="where to write profile.json (required without --preset)")
     p.add_argument("--plots-dir", type=pathlib.Path, default=None,
                    help="where to write components.png and crossover.png (default: <out stem>_plots/ beside --out)")
     p.add_argument("--no-plots", action="store_true", help="write profile.json only")
+    p.add_argument("--crossover-m", type=_int_list("--crossover-m"), default=None, metavar="M,...",
+                   help="small-model output lengths M for the crossovers N*(M), from the fit (default: the "
+                        "--output-tokens above 1; larger M extrapolate the fitted decode line)")
+    p.add_argument("--from", dest="from_profile", type=pathlib.Path, default=None, metavar="PROFILE_JSON",
+                   help="re-analyse an existing profile.json (summary, crossovers, plots; --out rewrites it) "
+                        "without measuring anything")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -109,6 +116,11 @@ def resolve_args(args) -> tuple[dict, list]:
     args.out = args.out or (pathlib.Path(preset["out"]) if preset else None)
     args.plots_dir = args.plots_dir or (pathlib.Path(preset["plots_dir"]) if preset else None)
     shapes = args.shape or list(preset.get("shapes", []))
+    if args.from_profile is not None:
+        if args.model or shapes:
+            raise ConfigError("The `--from` flag re-analyses a saved profile; it cannot be combined with --model, "
+                              "--shape or --preset.")
+        return preset, shapes
     if preset and args.model:
         raise ConfigError("The `--model` flag cannot be combined with --preset; the preset profiles --shape models "
                           f"(default {', '.join(shapes)}).")
@@ -120,13 +132,6 @@ def resolve_args(args) -> tuple[dict, list]:
     if args.out.exists() and args.out.is_dir():
         raise ConfigError(f"The `--out` path {str(args.out)!r} is a folder; pass a file path such as profile.json.")
     return preset, shapes
-
-
-def _write_json(path: pathlib.Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def _summary(profile: dict) -> str:
@@ -164,11 +169,37 @@ def _progress_logging() -> None:
         log.setLevel(logging.INFO)
 
 
+def _report(profile: dict, args) -> int:
+    """Crossovers at --crossover-m (if given), the summary, --out and the plots of a measured or loaded profile."""
+    from .crossover import crossover_points
+    from .profile_env import write_json
+
+    if args.crossover_m:
+        profile["crossovers"] = crossover_points(profile, args.crossover_m) if len(profile["models"]) > 1 else []
+    print(_summary(profile))
+    if args.out is not None:
+        write_json(args.out, profile)
+        print(f"wrote {args.out}")
+    plots = args.plots_dir or (default_plots_dir(args.out) if args.out is not None else None)
+    if plots is not None and not args.no_plots:
+        from .profile_plots import plot_components, plot_crossover
+
+        for path in (plot_components(profile, plots / "components.png"),
+                     plot_crossover(profile, plots / "crossover.png", args.crossover_m)):
+            print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
+    if args.from_profile is not None:
+        from .latency_model import read_profile
+
+        return _report(read_profile(args.from_profile), args)
     if args.threads < 0:
         raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {args.threads!r} instead.")
+    from .profile_env import write_json
     from .profiler import ProfileSettings, run_profile
     from .vlm import set_threads
 
@@ -176,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = ProfileSettings(image_sizes=args.image_sizes, prompt_tokens=args.prompt_tokens,
                                output_tokens=args.output_tokens, repeats=args.repeats, device=args.device,
-                               dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup)
+                               dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup, clock=args.clock)
     _progress_logging()
     if preset:
         from .gpu_check import run_gpu_check, summary_lines
@@ -185,19 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                                show_progress=not args.no_progress, memory_margin_gib=args.memory_margin_gib)
         print("\n".join([_summary(result), *summary_lines(result)] + [f"wrote {p}" for p in result["written"]]))
         return 0
+    partial = args.out.with_name(args.out.stem + ".partial.json")
     profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
-                          memory_margin_gib=args.memory_margin_gib, api_key=args.api_key)
-    _write_json(args.out, profile)
-    print(_summary(profile))
-    print(f"wrote {args.out}")
-    if not args.no_plots:
-        from .profile_plots import plot_components, plot_crossover
-
-        plots = args.plots_dir or default_plots_dir(args.out)
-        for path in (plot_components(profile, plots / "components.png"),
-                     plot_crossover(profile, plots / "crossover.png")):
-            print(f"wrote {path}")
-    return 0
+                          memory_margin_gib=args.memory_margin_gib, api_key=args.api_key, partial_path=partial)
+    write_json(args.out, profile)
+    partial.unlink(missing_ok=True)
+    return _report(profile, args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Split from `profiler.py`; pure bookkeeping around the measurements (torch is imp
 """
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 import platform
 
 
@@ -79,3 +81,13 @@ def resources(device: str, seconds: float) -> dict:
     if device.startswith("cuda"):
         out["cuda_peak_gib"] = round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**30, 2)
     return out
+
+
+def write_json(path, data: dict) -> pathlib.Path:
+    """Write `data` as JSON to `path` atomically (a temporary file, then a rename)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+    return path

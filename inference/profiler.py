@@ -15,13 +15,16 @@ import os
 import statistics
 import time
 
+from routedvlm.router.errors import one_of
+
 from .latency_model import fit_components
-from .profile_env import check_device, free, hardware_info, resources, sync, versions
+from .profile_inputs import check_image_sizes, image_area, image_dims, random_image, synthetic_prompt  # noqa: F401
+from .profile_env import check_device, free, hardware_info, resources, sync, versions, write_json
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-_FILLER = "Look at the chart and tell me which bar is the tallest, how tall it is, and why. "
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 @dataclasses.dataclass
@@ -39,11 +42,13 @@ class ProfileSettings:
     dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images (and of a shape's weights)"})
     warmup: bool = dataclasses.field(default=True, metadata={"help": "one unrecorded call per image size first"})
+    clock: str = dataclasses.field(default="wall", metadata={
+        "help": "wall (time.perf_counter) or cpu (time.process_time: CPU seconds, for a shared CPU; one thread)"})
 
     def __post_init__(self):
         from routedvlm.router.errors import ConfigError
 
-        self.image_sizes = sorted(set(_check_image_sizes(self.image_sizes)), key=lambda v: (image_area(v), str(v)))
+        self.image_sizes = sorted(set(check_image_sizes(self.image_sizes)), key=lambda v: (image_area(v), str(v)))
         for name in ("prompt_tokens", "output_tokens"):
             vals = getattr(self, name)
             if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in vals):
@@ -58,6 +63,11 @@ class ProfileSettings:
             from .vlm import resolve_device
 
             self.device = resolve_device(self.device)
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"The `clock` setting must be one of {one_of(CLOCKS)}. Got {self.clock!r} instead.")
+        if self.clock == "cpu" and not str(self.device).startswith("cpu"):
+            raise ConfigError(f"The `clock` setting 'cpu' measures CPU seconds and cannot time a {self.device!r} device; "
+                              "use --clock wall there.")
 
     @property
     def reference(self) -> tuple[int, int]:
@@ -67,57 +77,6 @@ class ProfileSettings:
 
 def _lower_median(values):
     return values[(len(values) - 1) // 2]  # values come sorted
-
-
-def image_dims(size) -> tuple[int, int]:
-    """(width, height) of an image size setting: 224 -> (224, 224), '96x16' -> (96, 16)."""
-    if isinstance(size, str):
-        w, h = size.lower().split("x")
-        return int(w), int(h)
-    return int(size), int(size)
-
-
-def image_area(size) -> int:
-    w, h = image_dims(size)
-    return w * h
-
-
-def _check_image_sizes(values) -> list:
-    from routedvlm.router.errors import ConfigError
-
-    out = []
-    for v in values or []:
-        try:
-            ok = isinstance(v, (int, str)) and not isinstance(v, bool) and min(image_dims(v)) > 0
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError(f"The `image_sizes` setting must hold positive pixel sizes: 224 (square) or 'WxH' such "
-                              f"as '96x16'. Got {v!r} in {values!r} instead.")
-        out.append(v if isinstance(v, int) else "{}x{}".format(*image_dims(v)))
-    if not out:
-        raise ConfigError("The `image_sizes` setting must name at least one image size, e.g. [224, 448].")
-    return out
-
-
-def random_image(size, seed: int = 0):
-    """An RGB image of uniform noise, `size` a side (square) or 'WxH' (deterministic for a seed)."""
-    import numpy as np
-    from PIL import Image
-
-    w, h = image_dims(size)
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-
-
-def synthetic_prompt(tokenizer, n_tokens: int) -> str:
-    """A question text that the tokenizer encodes to `n_tokens` tokens (or as close as its merges allow)."""
-    ids = []
-    text = _FILLER
-    while len(ids) < n_tokens:
-        text = text * 2
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
 
 
 def _image_token_id(model):
@@ -130,13 +89,13 @@ def _image_token_id(model):
 
 def _one_call(vlm, image, question: str, n_out: int, device: str) -> dict:
     """Preprocess + timed generation of exactly `n_out` tokens; returns the measured times and token counts."""
-    from .generation import timed_generate
+    from .generation import now, timed_generate
 
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-    t0 = time.perf_counter()
+    t0 = now()
     inputs = vlm.encode(image, vlm.render(messages, "direct"))
     sync(device)
-    pre_ms = (time.perf_counter() - t0) * 1000
+    pre_ms = (now() - t0) * 1000
     tid = _image_token_id(vlm.model)
     n_image = int((inputs["input_ids"] == tid).sum()) if tid is not None else 0
     gen = timed_generate(vlm.model, inputs, max_new_tokens=n_out, min_new_tokens=n_out)
@@ -165,7 +124,14 @@ def _record(meas: dict, call: dict, size: int, prompt: int, rep: int, output_gri
 
 
 def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
-    """Raw measurements of one loaded `VLM` over the settings' grid (see the module docstring)."""
+    """Raw measurements of one loaded `VLM` over the settings' grid (see the module docstring), timed by its clock."""
+    from .generation import clock
+
+    with clock(CLOCKS[settings.clock]):
+        return _measure(vlm, settings, progress)
+
+
+def _measure(vlm, settings: ProfileSettings, progress=None) -> dict:
     ref_size, ref_prompt = settings.reference
     n_dec = max(settings.output_tokens)
     questions = {p: synthetic_prompt(vlm.tokenizer, p) for p in settings.prompt_tokens}
@@ -257,6 +223,7 @@ def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
 
 
 def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
+    """Load, measure and free one local model or shape: its profile.json entry, with the time and memory it took."""
     t0 = time.perf_counter()
     vlm = _load(kind, spec, settings, margin_gib)
     built = time.perf_counter() - t0
@@ -267,31 +234,54 @@ def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: 
     entry = model_entry(vlm, str(getattr(vlm, "shape_info", {}).get("source", spec)), settings, bar)
     if hasattr(vlm, "shape_info"):
         entry["shape"] = vlm.shape_info
-    entry = {**entry, **resources(settings.device, time.perf_counter() - t0), "load_seconds": round(built, 1)}
+    entry.update(resources(settings.device, time.perf_counter() - t0), load_seconds=round(built, 1))
     del vlm
     free(settings.device)
     return entry
 
 
+def assemble(settings: ProfileSettings, entries: dict, hardware: dict, crossovers: bool = True) -> dict:
+    """The profile.json content for the measured `entries` ({name: model_entry})."""
+    import datetime
+
+    from .crossover import crossover_points
+
+    profile = {
+        "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
+        "models": entries,
+    }
+    profile["crossovers"] = crossover_points(profile) if crossovers and len(entries) > 1 else []
+    return profile
+
+
 def run_profile(models: list, settings: ProfileSettings, show_progress: bool = True, shapes: list = (),
-                memory_margin_gib: float = 0.0, api_key: str | None = None) -> dict:
+                memory_margin_gib: float = 0.0, api_key: str | None = None, partial_path=None) -> dict:
     """Profile every model (path, hub id, or `<base_url>#<model id>` of a server: profile_remote.py), then every
     shape (name or config.json, random weights), in turn.
 
-    Returns the profile.json content, crossovers included. Each model is freed before the next one is built; a
-    shape is refused (InsufficientMemoryError) unless its estimate + `memory_margin_gib` fits the free memory.
+    Returns the profile.json content, crossovers included. Each model is freed before the next one is built. Every
+    shape's memory is checked before anything runs and again when it is built: refused (InsufficientMemoryError)
+    unless its estimate + `memory_margin_gib` fits the free memory. `partial_path`: after each model, the profile
+    so far is written there (a long run that fails or is stopped keeps what it measured).
     """
-    import datetime
-
     from tqdm.auto import tqdm
 
-    from .crossover import crossover_points
     from .profile_remote import is_remote, remote_entry
+    from .shapes import check_shape_memory
 
     specs = [("remote" if is_remote(str(m)) else "model", m) for m in models] + [("shape", s) for s in shapes]
     local = any(kind != "remote" for kind, _ in specs)
     if local:
         check_device(settings.device)
+    for spec in shapes:
+        check_shape_memory(spec, settings, memory_margin_gib)
+
+    def hardware() -> dict:
+        return hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
+            {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
+
     calls = settings.repeats * len(settings.prompt_tokens) + (1 if settings.warmup else 0)
     bar = tqdm(total=len(settings.image_sizes) * calls * len(specs), desc="profile", unit="call",
                disable=not show_progress)
@@ -304,15 +294,8 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
             else:
                 entries[name] = _profile_local(kind, spec, settings, bar, memory_margin_gib)
             logger.info("profiled %s: %s", name, {c: round(f["slope"], 5) for c, f in entries[name]["fit"].items()})
+            if partial_path is not None:
+                write_json(partial_path, assemble(settings, entries, hardware(), crossovers=False))
     finally:
         bar.close()
-    hardware = hardware_info(settings.device) if local else {"device": "remote", "servers": sorted(
-        {e["remote"]["base_url"] for e in entries.values() if e.get("remote")})}
-    profile = {
-        "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
-        "models": entries,
-    }
-    profile["crossovers"] = crossover_points(profile) if len(entries) > 1 else []
-    return profile
+    return assemble(settings, entries, hardware())

@@ -95,8 +95,8 @@ def check_fits(name: str, estimate: dict, device: str, margin_gib: float = 0.0, 
     need = estimate["total_gib"] + max(margin_gib, 0.0)
     if free is None or need <= free:
         return
-    parts = (f"{estimate['weights_gib']:.1f} GiB weights, {estimate['kv_cache_gib']:.1f} GiB KV cache at "
-             f"{estimate['max_context']:,} tokens, {estimate['activations_gib']:.1f} GiB activations, "
+    parts = (f"{estimate['weights_gib']:.1f} GiB weights, {estimate['kv_cache_gib']:.2f} GiB KV cache at "
+             f"{estimate['max_context']:,} tokens, {estimate['activations_gib']:.2f} GiB activations, "
              f"{estimate['runtime_gib']:.1f} GiB runtime" + (f", {margin_gib:.1f} GiB margin" if margin_gib > 0 else ""))
     raise InsufficientMemoryError(
         f"The shape {name!r} needs about {need:.1f} GiB on {device} ({parts}) but only {free:.1f} GiB is free "

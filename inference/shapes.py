@@ -180,6 +180,19 @@ def shape_processor(model_type: str, tokenizer, template: str):
     return cls(image_processor=image_processor, tokenizer=tokenizer, chat_template=template)
 
 
+def check_shape_memory(spec, settings=None, margin_gib: float = 0.0, device: str | None = None) -> dict:
+    """The memory estimate of shape `spec` for the grid of `settings` on its device; raises when it does not fit."""
+    from .shape_memory import check_fits, estimate_memory
+    from .tiny import build_tokenizer
+
+    name, config, _ = resolve_shape(spec)
+    device = device or (settings.device if settings is not None else "cpu")
+    dtype = (settings.dtype if settings is not None else None) or config_dtype(config)
+    estimate = estimate_memory(meta_model(config, dtype, build_tokenizer()), settings)
+    check_fits(name, estimate, device, margin_gib)
+    return estimate
+
+
 def shape_vlm(spec, device: str = "cpu", dtype=None, *, seed: int = 0, settings=None, margin_gib: float = 0.0):
     """A `VLM` of the shape `spec` (shipped name or config.json path) with seeded random weights on `device`.
 

@@ -187,6 +187,52 @@ def test_cli_profiles_shapes_with_memory_and_time(tmp_path, capsys):
         assert len(entry["measurements"]["prefill"]) == 2
     assert [c["m"] for c in prof["crossovers"]] == [3]
     assert "process peak RSS" in capsys.readouterr().out
+    assert not (tmp_path / "profile.partial.json").exists()  # written after each model, removed at the end
+
+
+def test_every_shape_is_checked_before_the_first_measurement(tmp_path, monkeypatch):
+    from routedvlm.inference import shape_memory
+    from routedvlm.inference.profiler import ProfileSettings, run_profile
+
+    monkeypatch.setattr(shape_memory, "available_gib", lambda device: (4.0, "a test"))
+    tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
+    settings = ProfileSettings(image_sizes=[64], prompt_tokens=[4], output_tokens=[1, 3], repeats=1, warmup=False)
+    with pytest.raises(InsufficientMemoryError, match=r"^The shape 'qwen3-vl-8b' needs about"):
+        run_profile([], settings, show_progress=False, shapes=[str(tiny), "qwen3-vl-8b"],
+                    partial_path=tmp_path / "partial.json")
+    assert not (tmp_path / "partial.json").exists()  # refused before the tiny shape was measured
+
+
+def test_partial_profile_is_written_after_each_model(tmp_path):
+    from routedvlm.inference.profiler import ProfileSettings, run_profile
+
+    tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
+    settings = ProfileSettings(image_sizes=[64], prompt_tokens=[4, 8], output_tokens=[1, 3], repeats=1,
+                               warmup=False, clock="cpu")
+    prof = run_profile([], settings, show_progress=False, shapes=[str(tiny)], partial_path=tmp_path / "p.json")
+    partial = json.loads((tmp_path / "p.json").read_text())
+    assert list(partial["models"]) == ["tiny"] and partial["crossovers"] == []
+    assert partial["settings"]["clock"] == "cpu" and prof["models"]["tiny"]["fit"] == partial["models"]["tiny"]["fit"]
+
+
+def test_cpu_clock_is_for_cpu_devices_only():
+    from routedvlm.inference.profiler import ProfileSettings
+
+    with pytest.raises(ConfigError, match=r"^The `clock` setting must be one of 'cpu' or 'wall'\. Got 'gpu'"):
+        ProfileSettings(clock="gpu")
+    with pytest.raises(ConfigError, match=r"^The `clock` setting 'cpu' measures CPU seconds and cannot time a 'cuda'"):
+        ProfileSettings(clock="cpu", device="cuda")
+
+
+def test_clock_swaps_the_time_stamps_of_generation():
+    import time
+
+    from routedvlm.inference import generation
+
+    assert generation.now.__module__ == generation.__name__
+    with generation.clock(lambda: 42.0):
+        assert generation.now() == 42.0
+    assert abs(generation.now() - time.perf_counter()) < 1.0
 
 
 def test_cli_needs_a_model_or_a_shape(tmp_path):
@@ -273,3 +319,39 @@ def test_shape_builds_and_generates_on_cuda(tmp_path):
     assert {p.dtype for p in vlm.model.parameters()} == {torch.bfloat16}
     call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, "cuda")
     assert call["image_tokens"] == 196 and len(call["gen"].token_ids) == 4 and call["gen"].prefill_ms > 0
+
+
+def test_from_reanalyses_a_saved_profile_at_other_m(tmp_path, capsys):
+    from test_profiler import synthetic_profile
+
+    from routedvlm.inference.crossover import crossover_points
+    from routedvlm.inference.profile_cli import main
+
+    saved = tmp_path / "profile.json"
+    saved.write_text(json.dumps(synthetic_profile()))
+    before = saved.read_text()
+    out = tmp_path / "again.json"
+    assert main(["--from", str(saved), "--crossover-m", "16,256", "--out", str(out), "--plots-dir", str(tmp_path)]) == 0
+    assert saved.read_text() == before
+    again = json.loads(out.read_text())
+    assert [c["m"] for c in again["crossovers"]] == [16, 256]
+    assert again["crossovers"] == crossover_points(synthetic_profile(), [16, 256])
+    assert "producing 256" in capsys.readouterr().out and (tmp_path / "crossover.png").exists()
+    with pytest.raises(ConfigError, match=r"^The `--from` flag re-analyses a saved profile"):
+        main(["--from", str(saved), "--shape", "qwen3-vl-2b"])
+
+
+def test_the_shipped_cpu_profile_reports_its_crossovers():
+    """docs/profile_qwen3vl_2b_4b_cpu.json (README numbers): the 4B wins only once the 2B reasons past ~120 tokens."""
+    import pathlib
+
+    from routedvlm.inference.crossover import crossover_points
+    from routedvlm.inference.latency_model import read_profile
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "profile_qwen3vl_2b_4b_cpu.json"
+    prof = read_profile(path)
+    assert prof["settings"]["clock"] == "cpu" and prof["settings"]["dtype"] == "bfloat16"
+    assert {n: e["parameters"] for n, e in prof["models"].items()} == {k: PUBLISHED[k] for k in ("qwen3-vl-2b",
+                                                                                               "qwen3-vl-4b")}
+    points = {c["m"]: c["large_tokens"] for c in crossover_points(prof, [16, 64, 256, 1024])}
+    assert points[16] is None and points[64] is None and 0 < points[256] < points[1024] < 1024

@@ -1,15 +1,17 @@
 """`routedvlm serve` under a client's load: threads, big bodies, a decompression bomb, streaming.
 
-Starts `routedvlm serve` on the shipped toy pair (loopback, a free port) once per `--threads` setting and
-measures, side by side in one run:
-1. per-request latency of `large_direct` requests (a fixed router), answered one at a time, as the server's
-   own trace reports it (vision + prefill + decode) and as the client sees it (wall), for each thread setting;
-2. (first setting only) five concurrent 100 MB bodies: their statuses, the server's RSS before / after, and
-   the longest `GET /health` answer while they are sent; a 20000x20000 PNG (decompression bomb) request;
-3. (first setting only) a `large_reason` request streamed and not: time to the first content chunk vs the
+Starts `routedvlm serve` on the shipped toy pair (loopback, free ports), one server per `--threads` setting, all
+at once, and measures, side by side in one run:
+1. per-request latency of `large_direct` requests (a fixed router), one in flight at a time, alternating between
+   the servers, as the server's trace reports it (vision + prefill + decode) and as the client sees it (wall);
+2. (the first server) five processes each sending 4 bodies of 100 MB (over the 32 MiB limit: refused before
+   they are read), then of 30 MB (under it: read, parsed in a worker thread, refused as invalid):
+   statuses, the server's RSS before / at its peak / after, and `GET /health` times idle and while they are
+   sent; a 20000x20000 PNG (decompression bomb) request;
+3. (a `large_reason` server, one thread) a `large_reason` request streamed and not: time to the first content chunk vs the
    whole answer, and whether the texts are equal.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_serve.py [--threads 1,0] [--requests 20] [--json out.json]
+    .venv/bin/python benchmarks/bench_serve.py [--threads 1,0] [--requests 20] [--json out.json]
 """
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ import argparse
 import base64
 import io
 import json
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,54 +50,102 @@ def _p(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def latency(url: str, n: int) -> dict:
+def latency(urls: dict, n: int) -> dict:
+    """`large_direct` requests, one in flight at a time, alternating between the servers (one per --threads value)
+    so that every setting sees the same machine load; per setting p50 / p90 / coefficient of variation."""
     import httpx
 
-    model_ms, wall_ms = [], []
-    for i in range(n + 2):
-        t0 = time.perf_counter()
-        r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": _msg(i)}, timeout=300)
-        wall = (time.perf_counter() - t0) * 1000
-        trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
-        if i >= 2:  # two warm-up requests
-            model_ms.append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
-            wall_ms.append(wall)
-    return {"model_ms_p50": statistics.median(model_ms), "model_ms_p90": _p(model_ms, 0.9),
-            "wall_ms_p50": statistics.median(wall_ms), "wall_ms_p90": _p(wall_ms, 0.9)}
+    model_ms, wall_ms = {k: [] for k in urls}, {k: [] for k in urls}
+    with httpx.Client(timeout=300) as client:
+        for i in range(n + 2):
+            for key, url in urls.items():
+                t0 = time.perf_counter()
+                r = client.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": _msg(i)})
+                wall = (time.perf_counter() - t0) * 1000
+                trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
+                if i >= 2:  # two warm-up rounds
+                    model_ms[key].append(sum(t["vision_ms"] + t["prefill_ms"] + t["decode_ms"] for t in trace))
+                    wall_ms[key].append(wall)
+    return {key: {"model_ms_p50": round(statistics.median(m), 1), "model_ms_p90": round(_p(m, 0.9), 1),
+                  "model_ms_cv": round(statistics.stdev(m) / statistics.mean(m), 2),
+                  "wall_ms_p50": round(statistics.median(wall_ms[key]), 1), "wall_ms_p90": round(_p(wall_ms[key], 0.9), 1)}
+            for key, m in model_ms.items()}
 
 
-def big_bodies(url: str, pid: int) -> dict:
-    import httpx
-    from serve_helpers import bomb_png, image_part, rss_mb
-
-    before, stop, health_ms = rss_mb(pid), threading.Event(), []
-
-    def probe():
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            httpx.get(f"{url}/health", timeout=60)
-            health_ms.append((time.perf_counter() - t0) * 1000)
-            time.sleep(0.01)
-
-    def send(_):
-        body = b'{"model": "routedvlm", "pad": "' + b"x" * 100_000_000 + b'"}'
+_SENDER = """import sys, httpx
+body, out = open(sys.argv[2], "rb").read(), []
+with httpx.Client(timeout=300) as client:
+    for _ in range(int(sys.argv[3])):
         try:
-            return httpx.post(f"{url}/v1/chat/completions", content=body, timeout=300,
-                              headers={"content-type": "application/json"}).status_code
+            out.append(client.post(sys.argv[1], content=body, headers={"content-type": "application/json"}).status_code)
         except httpx.TransportError as exc:
-            return type(exc).__name__
+            out.append(type(exc).__name__)
+print("\\n".join(map(str, out)))
+"""
+SENDS = 4  # bodies per sender process, one after another
 
-    prober = threading.Thread(target=probe)
+
+def big_bodies(url: str, pid: int, mb: int, tmp: Path) -> dict:
+    """Five concurrent `mb` MB bodies, each sent by its own process (so the probe's timings are the server's),
+    while this process probes GET /health."""
+    import subprocess
+
+    from serve_helpers import rss_mb
+
+    body = tmp / f"body-{mb}.json"
+    with open(body, "wb") as f:
+        f.write(b'{"model": "routedvlm", "pad": "' + b"x" * (mb * 1_000_000) + b'"}')
+    idle = _health_ms(url, 2.0)
+    before, busy, done = rss_mb(pid), [], threading.Event()
+    prober = threading.Thread(target=_health_ms, args=(url, 600.0), kwargs={"out": busy, "until": done})
     prober.start()
-    with ThreadPoolExecutor(5) as pool:
-        statuses = list(pool.map(send, range(5)))
-    stop.set()
+    senders = [subprocess.Popen(_sender_cmd(f"{url}/v1/chat/completions", body), stdout=subprocess.PIPE, text=True)
+               for _ in range(5)]
+    peak = before
+    while any(p.poll() is None for p in senders):
+        peak = max(peak, rss_mb(pid))
+        time.sleep(0.05)
+    done.set()
     prober.join()
-    bomb = "data:image/png;base64," + base64.b64encode(bomb_png()).decode()
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": [image_part(bomb)]}, timeout=60)
-    return {"statuses": statuses, "rss_mb_before": round(before), "rss_mb_after": round(rss_mb(pid)),
-            "health_ms_max": round(max(health_ms), 1), "health_ms_p50": round(statistics.median(health_ms), 1),
-            "bomb": [r.status_code, r.json()["error"]["code"], len(bomb_png())]}
+    body.unlink()
+    return {"body_mb": mb, "statuses": sorted({c for p in senders for c in p.stdout.read().split()}), "rss_mb_before": round(before),
+            "rss_mb_peak": round(peak), "rss_mb_after": round(rss_mb(pid)),
+            "health_ms_idle_p50_max": [round(statistics.median(idle), 1), round(max(idle), 1)],
+            "health_ms_busy_p50_max": [round(statistics.median(busy), 1), round(max(busy), 1)] if busy else None}
+
+
+def _sender_cmd(url: str, body: Path) -> list:
+    """curl when present (it streams the file and stops at the server's early answer), else a Python sender."""
+    import shutil
+
+    if shutil.which("curl"):
+        one = ["-s", "-o", "/dev/null", "-w", "%{http_code}\\n", "-H", "content-type: application/json", "-H", "Expect:",
+               "--data-binary", f"@{body}", url]
+        return ["curl", *one, *[a for _ in range(SENDS - 1) for a in ("--next", *one)]]
+    return [sys.executable, "-c", _SENDER, url, str(body), str(SENDS)]
+
+
+def _health_ms(url: str, seconds: float, out=None, until=None) -> list:
+    """GET /health times (ms) for `seconds`, or until the `until` event is set."""
+    import httpx
+
+    out, end = [] if out is None else out, time.monotonic() + seconds
+    with httpx.Client(timeout=60) as client:  # one client: a new one per call costs more than the call
+        while time.monotonic() < end and not (until is not None and until.is_set()):
+            t0 = time.perf_counter()
+            client.get(f"{url}/health")
+            out.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.02)
+    return out
+
+
+def bomb(url: str) -> list:
+    import httpx
+    from serve_helpers import bomb_png, image_part
+
+    data = "data:image/png;base64," + base64.b64encode(bomb_png()).decode()
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "routedvlm", "messages": [image_part(data)]}, timeout=60)
+    return [r.status_code, r.json()["error"]["code"], len(bomb_png())]
 
 
 def streaming(url: str) -> dict:
@@ -121,6 +171,8 @@ def streaming(url: str) -> dict:
 
 
 def main() -> int:
+    import contextlib
+
     from serve_helpers import serve_process
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -128,20 +180,26 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    out, tmp = {"threads": {}}, Path(tempfile.mkdtemp())
-    for i, threads in enumerate(args.threads.split(",")):
-        flags = ["--small", str(TOY / "small"), "--large", str(TOY / "large"), "--router", "large_direct", "--threads", threads,
-                 "--log-level", "warning", "--max-direct-tokens", "8", "--max-reason-tokens", "64"]
-        with serve_process(flags, tmp / f"serve-{threads}.log") as (url, proc):
-            out["threads"][threads] = latency(url, args.requests)
-            print(f"--threads {threads}: {out['threads'][threads]}", flush=True)
-            if i == 0:
-                out["big_bodies"] = big_bodies(url, proc.pid)
-                print(f"big bodies: {out['big_bodies']}", flush=True)
-        if i == 0:
-            with serve_process([*flags[:4], "--router", "large_reason", *flags[6:]], tmp / "serve-stream.log") as (url, _):
-                out["streaming"] = streaming(url)
-                print(f"streaming: {out['streaming']}", flush=True)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the servers' thread count is what --threads says
+        os.environ.pop(var, None)
+    out, tmp = {}, Path(tempfile.mkdtemp())
+    flags = ["--small", str(TOY / "small"), "--large", str(TOY / "large"), "--log-level", "warning",
+             "--max-direct-tokens", "8", "--max-reason-tokens", "64"]
+    with contextlib.ExitStack() as stack:
+        servers = {t: stack.enter_context(serve_process([*flags, "--router", "large_direct", "--threads", t],
+                                                        tmp / f"serve-{t}.log")) for t in args.threads.split(",")}
+        out["threads"] = latency({t: url for t, (url, _) in servers.items()}, args.requests)
+        for t in servers:  # serve's ready line says how many torch threads it runs
+            line = next(x for x in (tmp / f"serve-{t}.log").read_text().splitlines() if "torch thread" in x)
+            out["threads"][t]["torch_threads"] = int(line.rsplit(", ", 1)[1].split()[0])
+        print(f"threads: {out['threads']}", flush=True)
+        url, proc = next(iter(servers.values()))
+        out["big_bodies"] = [big_bodies(url, proc.pid, mb, tmp) for mb in (100, 30)]
+        out["bomb"] = bomb(url)
+        print(f"big bodies: {out['big_bodies']}\nbomb: {out['bomb']}", flush=True)
+    with serve_process([*flags, "--router", "large_reason", "--threads", "1"], tmp / "serve-stream.log") as (url, _):
+        out["streaming"] = streaming(url)
+        print(f"streaming: {out['streaming']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

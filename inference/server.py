@@ -22,6 +22,8 @@ from .openai_protocol import APIError, Limits, check_context, parse_chat_request
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
 CHAT = "/v1/chat/completions"
+PARSE_SLOTS = 2  # request bodies parsed (JSON + images) at the same time
+TRIM_BYTES = 4 * 2**20  # after parsing a body this large, freed heap pages go back to the OS
 
 
 class Serving:
@@ -125,9 +127,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
                                            for m in models]}
 
+    parsing = asyncio.Semaphore(PARSE_SLOTS)
+
     @app.post(CHAT)
     async def chat(request: Request):
-        handler = ChatHandler(serving.require, metrics, limits, models, served_model, min_new_tokens)
+        handler = ChatHandler(serving.require, metrics, limits, models, served_model, min_new_tokens, parsing)
         return await handler(request)
 
     return app
@@ -136,8 +140,8 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 class ChatHandler:
     """One POST /v1/chat/completions: read, parse, answer (streamed or not), and count it in the metrics."""
 
-    def __init__(self, require, metrics, limits, models, served_model, min_new_tokens):
-        self.require, self.metrics, self.limits, self.models = require, metrics, limits, models
+    def __init__(self, require, metrics, limits, models, served_model, min_new_tokens, parsing):
+        self.require, self.metrics, self.limits, self.models, self.parsing = require, metrics, limits, models, parsing
         self.served, self.min_new_tokens = served_model, min_new_tokens
         self.t0, self.model, self.strategy, self.open = time.perf_counter(), "", "", True
 
@@ -149,8 +153,7 @@ class ChatHandler:
         streaming = False
         try:
             routed = self.require()
-            raw = await read_body(request, self.limits.max_body_bytes)
-            req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served)
+            req = await self.parse(await read_body(request, self.limits.max_body_bytes))  # no frame here holds the body
             self.model = req.model
             if req.model == self.served:
                 _check_routed_context(routed, req)
@@ -171,12 +174,30 @@ class ChatHandler:
                 return _one_delta_stream(payload, req.include_usage)
             return JSONResponse(payload, headers=headers)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
-            err = api_error(exc)
+            err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
             self.done(err.status)
             return JSONResponse(err.body(), status_code=err.status)
         finally:
             if not streaming:
                 self.done()
+
+    async def parse(self, raw):
+        """The validated request, parsed in a worker thread (at most PARSE_SLOTS at once); after a large body the
+        freed heap goes back to the OS, whether it parsed or not."""
+        from starlette.concurrency import run_in_threadpool
+
+        failed = None
+        async with self.parsing:
+            try:
+                req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served)
+            except Exception as exc:  # noqa: BLE001 - raised again below, without the frames that hold the body
+                failed = exc.with_traceback(None)
+        if len(raw) >= TRIM_BYTES:
+            del raw
+            await run_in_threadpool(trim_heap)
+        if failed is not None:
+            raise failed
+        return req
 
     def done(self, status: int | None = None) -> None:
         """End the request's time in flight and count it with `status` (None: not counted); only the first call counts."""
@@ -229,7 +250,7 @@ class ChatHandler:
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
 
-async def read_body(request, limit: int) -> bytes:
+async def read_body(request, limit: int) -> bytearray:
     """The request body, refused (413) as soon as it is known to pass `limit` bytes: before reading, from its
     Content-Length, or while reading a body without one."""
     too_large = APIError(413, f"The request body is larger than this server's limit of {limit} bytes "
@@ -237,22 +258,32 @@ async def read_body(request, limit: int) -> bytes:
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise too_large
-    chunks, size = [], 0
+    body = bytearray()  # one growing buffer: no list of chunks plus a joined copy
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
 
 
-def parse_body(raw: bytes, limits: Limits, models, served_model: str):
+def parse_body(raw, limits: Limits, models, served_model: str):
     """JSON + request validation + image decoding (run in a worker thread)."""
     try:
         body = json.loads(raw)
     except ValueError:
         raise APIError(400, "The request body is not valid JSON.", code="invalid_json") from None
     return parse_chat_request(body, limits, models, routed_model=served_model)
+
+
+def trim_heap() -> None:
+    """Return freed heap memory to the OS (glibc keeps the pages of large freed buffers otherwise)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def api_error(exc: BaseException) -> APIError:

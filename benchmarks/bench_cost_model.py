@@ -33,7 +33,7 @@ def _args(argv=None):
 def _profile(args, workdir: pathlib.Path) -> pathlib.Path:
     if args.profile:
         return pathlib.Path(args.profile)
-    from routedvlm.inference.profiler import ProfileSettings, run_profile
+    from routedvlm.inference.profiling.profiler import ProfileSettings, run_profile
 
     settings = ProfileSettings(image_sizes=[64], prompt_tokens=[16, 64, 128], output_tokens=[1, 8, 32, 64], repeats=2)
     path = workdir / "profile.json"
@@ -50,10 +50,10 @@ def main(argv=None) -> dict:
     args = _args(argv)
     import torch
 
-    from routedvlm.data.latency import compose_latencies
+    from routedvlm.data.labelling.latency import compose_latencies
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import VLM, CollaborativePipeline
-    from routedvlm.inference.latency_model import cost_stage_fn
+    from routedvlm.inference.profiling.latency_model import cost_stage_fn
     from routedvlm.router.strategies import default_strategies, parse_k_grid
 
     torch.set_num_threads(args.threads)

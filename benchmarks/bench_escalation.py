@@ -5,7 +5,7 @@ weights); `--shape qwen3-vl-8b` (or any shape / config.json) runs it at real siz
 `large_direct` once (caching the image+question prefix), then times the second stage both ways on the same
 transfer prompt (K kept reasoning tokens): reuse (continue from a copy of the cache: only kept tokens + template
 suffix are prefilled) and cold (processor + vision encoder + full prefill). Prints prefill tokens, median wall
-times and the ratio (`routedvlm.inference.escalation`).
+times and the ratio (`routedvlm.inference.profiling.escalation`).
 
     .venv/bin/python benchmarks/bench_escalation.py --repeats 7 --threads 1
     .venv/bin/python benchmarks/bench_escalation.py --shape qwen3-vl-8b --device cuda --image-size 448
@@ -36,7 +36,7 @@ def _vlm(args):
     from routedvlm.inference import VLM, build_tiny_vlm
 
     if args.shape:
-        from routedvlm.inference.shapes import shape_vlm
+        from routedvlm.inference.profiling.shapes import shape_vlm
 
         return shape_vlm(args.shape, args.device, args.dtype)
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
     from PIL import Image
     from transformers.utils import logging as hf_logging
 
-    from routedvlm.inference.escalation import measure_escalation
+    from routedvlm.inference.profiling.escalation import measure_escalation
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

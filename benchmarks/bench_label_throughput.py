@@ -42,8 +42,8 @@ def _load() -> str:
 
 
 def _run(dataset, out, small, large, **overrides) -> dict:
-    from routedvlm.data.labelling import run_labelling
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labelling.samples import run_labelling
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import toy_label_config
 
     cfg = toy_label_config(dataset, out, small, large, progress=False, **overrides)

@@ -1,7 +1,7 @@
 """Benchmark the decision-rule family: the accuracy/latency frontier of every rule on held-out labels, and the
 certified choice, on the toy world and on synthetic labels with a known ground truth.
 
-Per world: routers are fitted and certified (training/certify.py) on training labels; then, on held-out eval labels,
+Per world: routers are fitted and certified (training/calibration/certify.py) on training labels; then, on held-out eval labels,
 every rule is swept over its whole parameter grid (its frontier: parameters picked with hindsight on the eval rows,
 an upper bound of what calibration can reach), next to the fixed baselines (single strategies, mutual verification at
 every K), the oracle, and the certified choice of each router (parameters picked on the calibration rows, no
@@ -28,7 +28,7 @@ def fit_and_certify(labels, metadata, kind: str, mode: str, target: float, delta
     """A router of `kind` in `mode` trained on `labels` (train-router's split), certified; (result, router)."""
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
-    from routedvlm.training.probe import train_probe
+    from routedvlm.training.probe.lora_probe import train_probe
 
     cfg = TrainConfig(router=kind, mode=mode, with_small_direct=kind == "lora-probe" and mode == "cascade",
                       target_accuracy=target, delta=delta, no_mlflow=True, allow_constant_features=True,
@@ -69,7 +69,7 @@ def sweep(scorer, members) -> pd.DataFrame:
 def world_rows(name: str, routers: list, eval_df: pd.DataFrame) -> dict:
     """Every rule's frontier, the fixed baselines and each router's certified choice on `eval_df`."""
     from routedvlm.training.evaluate import oracle_row
-    from routedvlm.training.rule_family import Member, Scorer, baseline_members, model_chains, with_agreement
+    from routedvlm.training.calibration.rule_family import Member, Scorer, baseline_members, model_chains, with_agreement
 
     df = with_agreement(eval_df)
     ref_ms = float(df["latency_ms__large_reason"].mean())
@@ -138,7 +138,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench-policy"))
     args = ap.parse_args()
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.training.labels_io import load_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -152,7 +152,7 @@ def main() -> None:
                 result, router = fit_and_certify(labels, meta, kind, mode, args.target, args.delta, args.out / "toy")
                 routers.append((f"{kind} {mode}", result, router))
         if any(r[0].startswith("lora-probe") for r in routers):
-            from routedvlm.training.probe_data import attach_samples
+            from routedvlm.training.probe.data import attach_samples
 
             _, eval_meta = read_labels(args.toy_eval)
             eval_df = attach_samples(eval_df, eval_meta)

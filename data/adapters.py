@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..router.errors import ConfigError, DatasetError, one_of
+from routedvlm.errors import ConfigError, DatasetError, one_of
 from .converters import convert_indexed_choices, convert_mathvista, convert_mmbench, convert_mmmu, convert_open
 from .sample import MC_INSTRUCTION, SHORT_INSTRUCTION, Sample
 

@@ -8,7 +8,7 @@ import logging
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..router.errors import ConfigError, DatasetError, ImageLoadError
+from routedvlm.errors import ConfigError, DatasetError, ImageLoadError
 from .adapters import Adapter, resolve_adapter, row_to_sample
 from .sample import Sample
 

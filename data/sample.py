@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..inference.prompts import MC_INSTRUCTION, SHORT_INSTRUCTION, PromptTemplate, default_instruction
-from ..router.errors import DatasetError, one_of
+from routedvlm.errors import DatasetError, one_of
 from .scorers import METRICS
 
 TASK_TYPES = ("multiple_choice", "numeric", "open", "yes_no")

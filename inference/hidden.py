@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 CAPTURE_ATTR = "_routedvlm_hidden_capture"
 POSITIONS = ("prompt_last", "answer_mean", "all_mean")

@@ -10,7 +10,7 @@ import base64
 import binascii
 import io
 
-from routedvlm.router.errors import ImageLoadError
+from routedvlm.errors import ImageLoadError
 
 SAFE_FORMATS = ("BMP", "GIF", "JPEG", "PNG", "WEBP")
 MEDIA_TYPES = {"image/bmp": "BMP", "image/gif": "GIF", "image/jpeg": "JPEG", "image/jpg": "JPEG",

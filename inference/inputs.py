@@ -12,7 +12,7 @@ import os
 import pathlib
 from dataclasses import dataclass, field
 
-from routedvlm.router.errors import ImageLoadError, InputError, one_of
+from routedvlm.errors import ImageLoadError, InputError, one_of
 
 from .image_io import fetch_image_bytes, open_image, split_data_url
 

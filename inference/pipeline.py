@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from routedvlm.router.errors import InputError
+from routedvlm.errors import InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
 
 from .inputs import check_keep_tokens, make_request

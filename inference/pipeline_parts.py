@@ -4,7 +4,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 
 @dataclass

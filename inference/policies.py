@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import Result, parallel

@@ -14,7 +14,7 @@ import json
 import logging
 import pathlib
 
-from routedvlm.router.errors import ModelLoadError
+from routedvlm.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

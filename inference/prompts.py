@@ -18,7 +18,7 @@ import re
 import string
 from dataclasses import asdict, dataclass, field
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 SHORT_INSTRUCTION = "Answer the question using a single word or phrase."

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import fields
 
-from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.errors import ConfigError, InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID
 from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 

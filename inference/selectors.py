@@ -7,7 +7,7 @@ position to each reasoning token (computed by the pipeline, in the large model's
 """
 from __future__ import annotations
 
-from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 
 
 def select_prefix(n: int, k: int, scores=None) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 
 from .chat_templates import QWEN_HYBRID_THINKING_TEMPLATE, QWEN_INSTRUCT_TEMPLATE
 from .tiny_configs import ARCHS, SIZES, model_config

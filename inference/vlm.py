@@ -11,7 +11,7 @@ import logging
 import pathlib
 import re
 
-from routedvlm.router.errors import ConfigError, ModeUnavailableError, ModelLoadError, one_of
+from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError, one_of
 
 from .prompts import DEFAULT_PROMPTS, PromptConfig
 

@@ -5,7 +5,7 @@ cheap: lightgbm and mlflow are imported only by the functions that need them.
 """
 from .base import Router
 from .decision import Decision, choose, strategy_order
-from .errors import RoutedVLMError, RouterError
+from routedvlm.errors import RoutedVLMError, RouterError
 from .lightgbm_router import LightGBMRouter
 from .load import ROUTER_TYPES, load_router
 from .policy import Policy

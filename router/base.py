@@ -12,7 +12,7 @@ import numpy as np
 
 from .decision import Decision, cost_order, keep_tokens_of
 from .decision_rules import apply_rule, apply_rule_one, describe, tau_rule, uses_model
-from .errors import RouterError
+from routedvlm.errors import RouterError
 from .policy import Policy
 from .strategies import feature_stages
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .errors import RouterError
+from routedvlm.errors import RouterError
 from .strategies import BASE_STRATEGIES, parse_strategy
 
 FALLBACK_REASON = "fallback"

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .errors import RouterError, one_of
+from routedvlm.errors import RouterError, one_of
 from .strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, is_strategy, transfer_id
 
 AGREE_FEATURE = "feat__large_direct+small_direct__agree"

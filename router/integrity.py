@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path, PurePosixPath
 
-from .errors import RouterLoadError
+from routedvlm.errors import RouterLoadError
 
 log = logging.getLogger(__name__)
 HASHED_SINCE = 2  # the policy.json format version from which every named model file needs a digest

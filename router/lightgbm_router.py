@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import Router
-from .errors import RouterError, RouterLoadError
+from routedvlm.errors import RouterError, RouterLoadError
 from .policy import Policy
 
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .base import Router
-from .errors import RouterError, RouterLoadError, one_of
+from routedvlm.errors import RouterError, RouterLoadError, one_of
 from .policy import POLICY_FILE, Policy
 from .strategies import is_strategy
 

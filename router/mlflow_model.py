@@ -95,17 +95,17 @@ def default_pip_requirements(router_type: str | None = None) -> list[str]:
 
 
 def code_folder(router_type: str | None, dst: Path) -> Path:
-    """`dst/routedvlm`: a copy of the installed routedvlm.router package (and routedvlm.inference for a lora-probe
-    router), which MLflow logs as the model's code and puts first on sys.path when it loads the model."""
-    import routedvlm.router
+    """`dst/routedvlm`: a copy of the installed routedvlm.errors and routedvlm.router packages (and
+    routedvlm.inference for a lora-probe router), which MLflow logs as the model's code and puts first on sys.path
+    when it loads the model."""
+    import importlib
 
     root = Path(dst) / "routedvlm"
     root.mkdir(parents=True)
     (root / "__init__.py").write_text('"""routedvlm code logged with a router model (see router/mlflow_model.py)."""\n')
-    packages = ["router"] + (["inference"] if router_type == "lora-probe" else [])
+    packages = ["errors", "router"] + (["inference"] if router_type == "lora-probe" else [])
     for name in packages:
-        src = Path(routedvlm.router.__file__).parent if name == "router" else Path(__import__(
-            f"routedvlm.{name}", fromlist=["_"]).__file__).parent
+        src = Path(importlib.import_module(f"routedvlm.{name}").__file__).parent
         shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return root
 
@@ -113,7 +113,7 @@ def code_folder(router_type: str | None, dst: Path) -> Path:
 def log_router_model(router_dir, name: str = "router", *, registered_model_name: str | None = None,
                      pip_requirements: list[str] | None = None, **kwargs):
     """Log the router folder as a pyfunc model (starts a run when none is active); returns ModelInfo."""
-    from routedvlm.router.errors import RouterError
+    from routedvlm.errors import RouterError
     from routedvlm.router.policy import POLICY_FILE
 
     router_dir = Path(router_dir)

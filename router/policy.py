@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
-from .errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
+from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
 FORMAT_VERSION = 2
@@ -61,7 +61,7 @@ class Policy:
     target: dict = field(default_factory=dict, metadata=_meta(
         "{'kind': 'accuracy' (a fraction of the best strategy's) | 'min_accuracy' | 'latency_ms', 'value': x}"))
     certificate: dict = field(default_factory=dict, metadata=_meta(
-        "how the rule was calibrated: delta, n (calibration rows), bound, method, ... (training/certify.py)"))
+        "how the rule was calibrated: delta, n (calibration rows), bound, method, ... (training/calibration/certify.py)"))
     training_data_hash: str = field(default="", metadata=_meta("content hash of the labels trained on"))
     prompt_template: dict | None = field(default=None, metadata=_meta(
         "the prompt template the labels were made with (name, text, instructions); RoutedVLM applies it to each "

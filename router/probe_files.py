@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import RouterLoadError
+from routedvlm.errors import RouterLoadError
 
 ADAPTER_DIR, HEAD_FILE = "adapter", "head.safetensors"
 ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"

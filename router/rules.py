@@ -11,7 +11,7 @@ import numpy as np
 
 from .base import Router
 from .decision_rules import AGREE_FEATURE
-from .errors import RouterError, one_of
+from routedvlm.errors import RouterError, one_of
 from .policy import Policy
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
 

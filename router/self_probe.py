@@ -17,7 +17,7 @@ import numpy as np
 from .base import Router
 from .checkpoints import weights_hash
 from .decision_rules import uses_model
-from .errors import RouterError, RouterLoadError
+from routedvlm.errors import RouterError, RouterLoadError
 from .policy import Policy
 from .strategies import LARGE_DIRECT
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import UnknownStrategyError, one_of
+from routedvlm.errors import UnknownStrategyError, one_of
 
 SMALL_DIRECT = "small_direct"
 LARGE_DIRECT = "large_direct"
@@ -82,7 +82,7 @@ def is_strategy(strategy_id: str) -> bool:
 
 def parse_k_grid(value) -> tuple[int, ...]:
     """Parse '16,32,64' or an iterable of ints into a sorted tuple of unique positive ints."""
-    from .errors import ConfigError
+    from routedvlm.errors import ConfigError
 
     items = value.split(",") if isinstance(value, str) else list(value)
     try:

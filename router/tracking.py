@@ -12,7 +12,7 @@ import threading
 from contextlib import nullcontext
 from pathlib import Path
 
-from .errors import TrackingStoreError
+from routedvlm.errors import TrackingStoreError
 
 DEFAULT_TRACKING_DIR = "mlruns"
 DEFAULT_MODEL_NAME = "vlm-router"

@@ -21,10 +21,10 @@ EXCEPTIONS = {
     "router/lora_probe.py": {"inference"},
     # the self-probe's training inputs are recomputed by the pipeline RoutedVLM runs (CollaborativePipeline with
     # the hidden-state capture on), so training and run-time inputs are the same numbers.
-    "training/self_probe.py": {"inference"},
+    "training/probe/self_probe.py": {"inference"},
     # composition roots: the demo and the CLI wire every package together.
-    "training/demo.py": {"inference"},
-    "training/toy_demo.py": {"inference"},
+    "training/demo/cli.py": {"inference"},
+    "training/demo/toy.py": {"inference"},
 }
 
 

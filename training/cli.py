@@ -10,12 +10,12 @@ import sys
 
 # name -> (module, one-line description)
 COMMANDS = {
-    "demo": ("routedvlm.training.demo", "run the whole product on the embedded toy world"),
-    "label": ("routedvlm.data.label_cli", "run both VLMs on a data set and write labels.parquet (also: label merge)"),
-    "labels": ("routedvlm.data.labels_cli", "check a labels file: labels validate FILE"),
+    "demo": ("routedvlm.training.demo.cli", "run the whole product on the embedded toy world"),
+    "label": ("routedvlm.data.labelling.cli", "run both VLMs on a data set and write labels.parquet (also: label merge)"),
+    "labels": ("routedvlm.data.labels.cli", "check a labels file: labels validate FILE"),
     "train": ("routedvlm.training.train_cli", "train a router from labels (same as train-router)"),
-    "serve": ("routedvlm.inference.serve_cli", "serve RoutedVLM as an OpenAI-compatible chat-completions endpoint"),
-    "profile": ("routedvlm.inference.profile_cli", "measure where each model's latency goes and fit a latency model"),
+    "serve": ("routedvlm.inference.serving.cli", "serve RoutedVLM as an OpenAI-compatible chat-completions endpoint"),
+    "profile": ("routedvlm.inference.profiling.cli", "measure where each model's latency goes and fit a latency model"),
 }
 
 USAGE = """usage: routedvlm <command> [options]
@@ -37,7 +37,7 @@ def _usage() -> str:
 
 
 def _run(module: str, argv: list[str], **kwargs) -> int:
-    from routedvlm.router.errors import RoutedVLMError
+    from routedvlm.errors import RoutedVLMError
 
     _quiet_progress_when_not_a_tty()
     try:

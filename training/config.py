@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
@@ -31,9 +31,9 @@ class TrainConfig:
 
     data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
     router: str = _f("lightgbm", "router type: lightgbm (tabular features), lora-probe (a LoRA adapter + head on the "
-                                 "small VLM that reads the image and question; see training/probe.py) or self-probe "
+                                 "small VLM that reads the image and question; see training/probe/lora_probe.py) or self-probe "
                                  "(a linear head on the large model's own hidden state of its large_direct pass + the "
-                                 "tabular features; cascade only, local large model; see training/self_probe.py)",
+                                 "tabular features; cascade only, local large model; see training/probe/self_probe.py)",
                      choices=ROUTER_KINDS)
     mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
                    choices=MODES)

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from routedvlm.router.errors import ConfigError, TrainingError, one_of
+from routedvlm.errors import ConfigError, TrainingError, one_of
 from routedvlm.router.strategies import LARGE_DIRECT, parse_strategy
 
 log = logging.getLogger(__name__)

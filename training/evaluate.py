@@ -7,7 +7,7 @@ Rows (accuracy, mean and p90 realized latency, speed-up = mean latency of `large
 - `mutual verification K=k` for every candidate K: cascade paying large_direct + small_direct; accept
   large_direct when the two direct answers agree, else transfer_k (members of the family's baselines chain);
 - per parameterised rule (tau-rule, lagrangian, binary large_direct/large_reason): its least-latency certified
-  parameter on the calibration rows (training/certify.py); a rule with none certified has no row;
+  parameter on the calibration rows (training/calibration/certify.py); a rule with none certified has no row;
 - `chosen: <rule>` (last): the member calibration picked among all of them (it is never slower on the calibration
   rows than any certified row above; this table shows whether that held out of sample).
 Target on test: regret target: required = accuracy(reference) on test - alpha; `min_accuracy` a: required = a;
@@ -26,7 +26,7 @@ import pandas as pd
 from routedvlm.router.strategies import LARGE_REASON
 
 from .costs import label_strategies, realized_correct, realized_latency  # noqa: F401 (label_strategies: re-export)
-from .rule_family import Scorer, baseline_members
+from .calibration.rule_family import Scorer, baseline_members
 
 PARAM_CHAINS = ("tau", "lagrangian", "binary")
 

@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from routedvlm.router.errors import ConfigError, TrainingError
+from routedvlm.errors import ConfigError, TrainingError
 from routedvlm.router.strategies import FEATURE_STAGES, LARGE_DIRECT, SMALL_DIRECT, feature_stages
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from routedvlm.router.errors import TrainingError
+from routedvlm.errors import TrainingError
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def resolve_data_path(path) -> tuple[Path, bool]:
                                 f"({embedded} does not exist). Pass --data labels.parquet "
                                 "(write one with `routedvlm label ...`).")
         return embedded, True
-    from routedvlm.data.labels import labels_files
-    from routedvlm.router.errors import LabelsError
+    from routedvlm.data.labels.schema import labels_files
+    from routedvlm.errors import LabelsError
 
     try:
         labels_files(path)
@@ -48,7 +48,7 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     """Read and validate labels (every problem reported at once; LabelsError), drop failed rows (`error` set);
     returns (table, metadata + `source_path`, `embedded`, `failed_rows`). Metadata problems (another writer, a
     filtered table) are warnings; `content_hash` is the table's as loaded (`recorded_content_hash`: the stale one)."""
-    from routedvlm.data import labels as schema
+    from routedvlm.data.labels import schema, validate
 
     path, embedded = resolve_data_path(path)
     if embedded:
@@ -59,7 +59,7 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
         from .split import check_enough_rows
 
         check_enough_rows(df.loc[~failed], int(failed.sum()))
-    warnings = schema.check_labels(df, metadata, strict=False)
+    warnings = validate.check_labels(df, metadata, strict=False)
     actual = schema.content_hash(df)
     for msg in warnings:
         log.warning("%s: %s; training on the table as it is (content hash %s, computed on load, is what the router "
@@ -99,6 +99,6 @@ def with_installed_toy_models(metadata: dict) -> dict:
 
 
 def content_hash(df: pd.DataFrame) -> str:
-    from routedvlm.data.labels import content_hash as _hash
+    from routedvlm.data.labels.schema import content_hash as _hash
 
     return _hash(df)

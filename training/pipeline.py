@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from routedvlm.router.errors import ConfigError, TrainingError, one_of
+from routedvlm.errors import ConfigError, TrainingError, one_of
 from routedvlm.router.decision import strategy_order
 from routedvlm.router.strategies import LARGE_REASON
 
@@ -78,7 +78,7 @@ def _default_output_dir() -> Path:
 
 def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
     """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
-    from .certify import apply_to_policy, certify
+    from .calibration.certify import apply_to_policy, certify
     from .evaluate import evaluate
     from .report import format_table
 
@@ -89,7 +89,7 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     candidates, features, paid = _plan(config, labels, metadata)
     hidden = None
     if config.router == "self-probe":  # + the large model's hidden state of large_direct on every row
-        from .self_probe import prepare_hidden
+        from .probe.self_probe import prepare_hidden
 
         labels, hidden = prepare_hidden(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
@@ -98,7 +98,7 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     if hidden is None:
         router = fit_router(config, split, candidates, features, paid, labels_hash, prompt_template=template)
     else:
-        from .self_probe import fit_self_probe
+        from .probe.self_probe import fit_self_probe
 
         router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden, prompt_template=template)
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
@@ -109,7 +109,7 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     evaluation = evaluate(router, split.calibration, split.test, config.target, cal)
     evaluation["split"] = split.sizes()
     if hidden is not None:
-        from .self_probe import compare_with_lightgbm
+        from .probe.self_probe import compare_with_lightgbm
 
         evaluation = compare_with_lightgbm(evaluation, router, config, split, candidates, features, paid, labels_hash)
     router.policy.metrics = policy_metrics(evaluation)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from routedvlm.router.errors import TrainingError
+from routedvlm.errors import TrainingError
 
 MIN_ROWS = {"train": 40, "calibration": 20, "test": 20}
 

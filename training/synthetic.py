@@ -23,7 +23,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from routedvlm.data.labels import compute_labels, write_labels
+from routedvlm.data.labels.schema import compute_labels, write_labels
 from routedvlm.router.strategies import DEFAULT_K_GRID, default_strategies, parse_strategy
 
 NOISE = 0.04

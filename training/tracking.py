@@ -57,7 +57,7 @@ def champion_utility(name: str, result) -> tuple[float | None, str]:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from routedvlm.router.errors import RoutedVLMError
+    from routedvlm.errors import RoutedVLMError
     from routedvlm.router.load import load_router
     from routedvlm.router.tracking import CHAMPION_ALIAS
 
@@ -72,7 +72,7 @@ def champion_utility(name: str, result) -> tuple[float | None, str]:
     ev, test = result.evaluation, result.test
     try:
         champ = load_router(f"models:/{name}@{CHAMPION_ALIAS}")
-        from .rule_family import with_agreement
+        from .calibration.rule_family import with_agreement
 
         rows = with_agreement(test)
         chosen = champ.choices(rows)
@@ -109,7 +109,7 @@ def nonfinite_metrics(ev: dict) -> dict:
 def track(config, result, labels_df) -> dict:
     """Log the run, register the router (unless --no-register) and update the champion alias. A router whose test
     metrics are not finite is neither logged nor registered (TrainingError)."""
-    from routedvlm.router.errors import TrainingError
+    from routedvlm.errors import TrainingError
 
     bad = nonfinite_metrics(result.evaluation)
     if bad:

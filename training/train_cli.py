@@ -51,7 +51,7 @@ def _track(track, config, result, labels) -> dict:
     turned into a one-line TrainingError (exit 2); the traceback goes to the debug log."""
     import logging
 
-    from routedvlm.router.errors import RoutedVLMError, TrainingError
+    from routedvlm.errors import RoutedVLMError, TrainingError
     from routedvlm.router.tracking import one_line
 
     try:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
         config.allow_constant_features = True
         _progress("embedded toy labels: feature columns that are constant on the toy task are dropped")
     if config.router == "lora-probe":
-        from .probe import train_probe
+        from .probe.lora_probe import train_probe
 
         result = train_probe(config, labels, metadata)
     else:

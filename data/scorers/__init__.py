@@ -5,7 +5,7 @@ Each metric matches the reference scorer named in its docstring (see shared note
 """
 from __future__ import annotations
 
-from ...router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 from .choice import circular_accuracy, extract_choice, option_dict, parses_multiple_choice, score_multiple_choice
 from .mathvista import parses_mathvista, score_mathvista
 from .mmmu import parses_mmmu, score_mmmu

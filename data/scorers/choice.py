@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import string
 
-from ...router.errors import DatasetError
+from routedvlm.errors import DatasetError
 
 ROTATION_OFFSET = 1_000_000
 _SPLIT_CHARS = ".()[],:;!*#{}"

@@ -20,7 +20,7 @@ def effect_table(df):
     """Per strategy: n, accuracy (all, easy, hard) in %, mean latency ms, mean output tokens."""
     import pandas as pd
 
-    from ..labels import strategies_in
+    from ..labels.schema import strategies_in
 
     ok = df[df["error"].isna()] if "error" in df.columns else df
     bars = ok["question"].map(lambda q: int(re.match(r"\s*(\d+)", q).group(1)))
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("labels", help="labels.parquet written by routedvlm label / make_labels on a toy split")
     args = p.parse_args(argv)
-    from ..labels import read_labels
+    from ..labels.schema import read_labels
 
     df, _ = read_labels(args.labels)
     table, n_hard, n_easy = effect_table(df)

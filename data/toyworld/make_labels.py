@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from ...router.errors import ConfigError, ModelLoadError
+from routedvlm.errors import ConfigError, ModelLoadError
 
 TOY_K_GRID = (4, 8, 16)
 MAX_DIRECT_TOKENS = 8
@@ -82,7 +82,7 @@ def rebuild_split_file(dataset) -> Path | None:
 
 def toy_label_config(dataset, out, small, large, *, progress: bool = True, **overrides):
     """The `LabelConfig` of a toy labelling run (module docstring: K grid and token limits)."""
-    from ..label_config import LabelConfig
+    from ..labelling.config import LabelConfig
 
     settings = dict(adapter="toyworld", k_grid=TOY_K_GRID, selector="prefix", device="cpu",
                     max_new_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS, progress=progress)
@@ -104,7 +104,7 @@ def label_dataset(dataset, out, *, checkpoints=None, progress: bool = True, resu
     """Label a toy data set written by `write_split` into `out` with the toy settings; returns the `LabelSummary`.
 
     cost: a profile.json pricing every stage by its fitted latency model (`routedvlm label --cost`)."""
-    from ..labelling import run_labelling
+    from ..labelling.samples import run_labelling
 
     small, large = checkpoint_pair(checkpoints)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ...router.errors import RoutedVLMError
+    from routedvlm.errors import RoutedVLMError
 
     try:
         sys.exit(main())

@@ -36,7 +36,7 @@ def padded_text_config(text, hidden: int, max_positions: int):
     d, heads = text.hidden_size, text.num_attention_heads
     d_head, new_head = d // heads, hidden // heads
     if hidden % heads or new_head < d_head or d_head % 2 or new_head % 2:
-        from routedvlm.router.errors import ConfigError
+        from routedvlm.errors import ConfigError
 
         raise ConfigError(f"The `hidden` parameter of pad_qwen2vl must be a multiple of the {heads} heads with a head "
                           f"size >= {d_head} (the model's); got {hidden}.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from routedvlm.router.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, one_of
 
 SPLITS = ("train", "label", "eval")
 # Share of configuration-hash buckets (out of 100) that each split owns.

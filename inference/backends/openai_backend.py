@@ -32,7 +32,7 @@ import os
 import time
 import uuid
 
-from routedvlm.router.errors import ConfigError, ModeUnavailableError, one_of
+from routedvlm.errors import ConfigError, ModeUnavailableError, one_of
 
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record

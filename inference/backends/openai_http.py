@@ -11,7 +11,7 @@ import random
 import time
 import uuid
 
-from routedvlm.router.errors import BackendError, ConfigError
+from routedvlm.errors import BackendError, ConfigError
 
 logger = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 API_KEY_ENV = "ROUTEDVLM_BACKEND_API_KEY"
 

@@ -18,7 +18,7 @@ blocks only, so a prefix shorter than a block is never reused).
 """
 from __future__ import annotations
 
-from routedvlm.router.errors import BackendError, ModeUnavailableError
+from routedvlm.errors import BackendError, ModeUnavailableError
 
 from ..generation import Generation
 from ..stages import record

@@ -40,7 +40,7 @@ def label_args(world, out, *extra) -> list:
 
 
 def label(*argv) -> int:
-    from routedvlm.data.label_cli import main
+    from routedvlm.data.labelling.cli import main
 
     return main(list(argv))
 

@@ -8,7 +8,7 @@ from routedvlm.data.adapters import ADAPTERS, known_hub_ids, resolve_adapter
 from routedvlm.data.loading import SampleSource, load_samples, load_samples_with_source
 from routedvlm.data.sample import Sample
 from routedvlm.data.scorers import circular_accuracy
-from routedvlm.router.errors import ConfigError, DatasetError, ImageLoadError
+from routedvlm.errors import ConfigError, DatasetError, ImageLoadError
 
 
 def _img(color):

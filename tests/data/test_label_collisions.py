@@ -7,7 +7,7 @@ import signal
 import pytest
 from label_world import kill, label, label_args, label_cli, make_world, start_label_process, wait_for_parts
 
-from routedvlm.router.errors import LabelsError, OutputLockedError
+from routedvlm.errors import LabelsError, OutputLockedError
 
 N = 6
 
@@ -18,14 +18,14 @@ def world(tmp_path_factory):
 
 
 def _ids(out):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     return sorted(read_labels(out)[0]["sample_id"])
 
 
 @pytest.mark.slow
 def test_a_second_run_refuses_while_the_first_lives_and_takes_over_when_it_is_dead(world, capsys):
-    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labelling.parts import PartStore
 
     out = world.root / "collide" / "labels.parquet"
     first = start_label_process(world, out, "--flush-every", "1")
@@ -49,7 +49,7 @@ def test_a_second_run_refuses_while_the_first_lives_and_takes_over_when_it_is_de
 @pytest.mark.slow
 def test_two_runs_started_together_lose_no_sample(world):
     """The issue's failure: a second run with --resume while the first still ran left 6 of 40 samples."""
-    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labelling.parts import PartStore
 
     out = world.root / "together" / "labels.parquet"
     first = start_label_process(world, out, "--flush-every", "1")
@@ -63,9 +63,9 @@ def test_two_runs_started_together_lose_no_sample(world):
 
 @pytest.mark.slow
 def test_a_damaged_part_is_redone_with_a_warning(world, monkeypatch, caplog, capsys):
-    from routedvlm.data import labels as labels_mod
-    from routedvlm.data.label_parts import PartStore
-    from routedvlm.router.errors import StorageError
+    from routedvlm.data.labels import schema as labels_mod
+    from routedvlm.data.labelling.parts import PartStore
+    from routedvlm.errors import StorageError
 
     out = world.root / "damaged" / "labels.parquet"
     real = labels_mod.atomic_write
@@ -116,7 +116,7 @@ def _failing_open(monkeypatch, folder, err: int, after: int = 0):
 
 @pytest.mark.slow
 def test_a_full_disk_mid_run_ends_with_one_line_and_keeps_every_stored_sample(world, monkeypatch, capsys):
-    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labelling.parts import PartStore
 
     out = world.root / "full" / "labels.parquet"
     _failing_open(monkeypatch, out.parent, errno.ENOSPC, after=4)  # lock, manifest, two parts
@@ -142,7 +142,7 @@ def test_a_read_only_folder_ends_with_one_line_naming_the_path(world, monkeypatc
 
 
 def test_already_complete_is_trusted_only_when_it_holds_the_selection(world, tmp_path):
-    from routedvlm.data.labels import read_labels, write_labels
+    from routedvlm.data.labels.schema import read_labels, write_labels
 
     out = tmp_path / "labels.parquet"
     assert label(*label_args(world, out, "--limit", "1", "--strategies", "large_direct")) == 0

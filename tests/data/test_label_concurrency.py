@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from label_world import kill, label, label_args, make_world, same_labels, start_label_process, wait_for_parts
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 N = 6
 
@@ -19,7 +19,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serial(world):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "serial" / "labels.parquet"
     assert label(*label_args(world, out)) == 0
@@ -27,14 +27,14 @@ def serial(world):
 
 
 def _cfg(**kw):
-    from routedvlm.data.label_config import LabelConfig
+    from routedvlm.data.labelling.config import LabelConfig
 
     return LabelConfig(**{"small": "s", "large": "l", "dataset": "d", "out": "o.parquet", **kw})
 
 
 def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
     """With server sides (no local model lock) up to N samples run at once; every row arrives once, in this thread."""
-    from routedvlm.data import label_runner, labelling
+    from routedvlm.data.labelling import runner as label_runner, samples as labelling
 
     state = {"now": 0, "peak": 0}
     lock = threading.Lock()
@@ -68,7 +68,7 @@ def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
 
 
 def test_local_models_run_one_sample_at_a_time():
-    from routedvlm.data.label_runner import _Serialised
+    from routedvlm.data.labelling.runner import _Serialised
 
     state = {"now": 0, "peak": 0}
 
@@ -90,7 +90,7 @@ def test_local_models_run_one_sample_at_a_time():
 
 @pytest.mark.slow
 def test_concurrency_gives_the_serial_answers_correctness_and_features(world, serial):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "c4" / "labels.parquet"
     assert label(*label_args(world, out, "--concurrency", "4", "--flush-every", "2")) == 0
@@ -103,8 +103,8 @@ def test_concurrency_gives_the_serial_answers_correctness_and_features(world, se
 
 @pytest.mark.slow
 def test_resume_at_another_concurrency_redoes_duplicates_and_loses_nothing(world, serial, capsys):
-    from routedvlm.data.label_parts import PartStore
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labelling.parts import PartStore
+    from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "killed" / "labels.parquet"
     proc = start_label_process(world, out, "--concurrency", "3", "--flush-every", "1")
@@ -123,7 +123,7 @@ def test_resume_at_another_concurrency_redoes_duplicates_and_loses_nothing(world
 
 
 def test_latency_source_says_what_latencies_mean():
-    from routedvlm.data.label_runner import latency_source
+    from routedvlm.data.labelling.runner import latency_source
 
     local, remote = _cfg(concurrency=8), _cfg(small="http://h:1/v1#s", large="http://h:2/v1#l")
     assert remote.concurrency == 32 and _cfg().concurrency == 1  # defaults: servers 32, local models 1
@@ -136,7 +136,7 @@ def test_latency_source_says_what_latencies_mean():
 
 
 def test_resume_never_mixes_two_latency_meanings():
-    from routedvlm.data.label_job import check_latency_source
+    from routedvlm.data.labelling.job import check_latency_source
 
     with pytest.raises(ConfigError, match=r"^--resume: the samples stored in x have latency_source 'wall-clock', "
                                           r"this run would record 'batched-wall-clock'"):

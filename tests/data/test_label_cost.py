@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from routedvlm.inference.latency_model import profile_hash
+from routedvlm.inference.profiling.latency_model import profile_hash
 
 
 def _fit(intercept, slope, x):
@@ -46,7 +46,7 @@ def cost_setup(tmp_path_factory):
 
 
 def _label(root, small, large, data, profile, out_name):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.training.cli import main
 
     out = root / out_name

@@ -13,7 +13,7 @@ import time
 import pytest
 from label_world import kill, label, label_args, make_world, same_labels, start_label_process, wait_for_parts
 
-from routedvlm.router.errors import ConfigError, StorageError
+from routedvlm.errors import ConfigError, StorageError
 
 N = 8
 
@@ -25,7 +25,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serial(world):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "serial" / "labels.parquet"
     assert label(*label_args(world, out)) == 0
@@ -43,14 +43,14 @@ def cluster():
 
 
 def _read(out):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     return read_labels(out)
 
 
 @pytest.mark.slow
 def test_two_workers_label_like_a_serial_run_and_a_dead_workers_samples_are_redone(world, serial, cluster, caplog):
-    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labelling.parts import PartStore
 
     out = world.root / "two" / "labels.parquet"
     result = {}
@@ -76,7 +76,7 @@ def test_two_workers_label_like_a_serial_run_and_a_dead_workers_samples_are_redo
 @pytest.mark.slow
 def test_a_plain_run_resumes_on_ray_and_a_ray_run_resumes_plain(world, serial, cluster, monkeypatch, capsys):
     """plain (killed) -> Ray --resume (ends on a full disk after two parts) -> plain --resume: one sample set."""
-    from routedvlm.data.label_parts import PartStore
+    from routedvlm.data.labelling.parts import PartStore
 
     out = world.root / "plain-ray" / "labels.parquet"
     store = PartStore(out)
@@ -108,7 +108,7 @@ def test_a_plain_run_resumes_on_ray_and_a_ray_run_resumes_plain(world, serial, c
 
 
 def test_without_ray_installed_the_flag_says_how_to_get_it(monkeypatch):
-    from routedvlm.data.label_ray import import_ray
+    from routedvlm.data.labelling.ray_pool import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=r"^--ray needs Ray: `pip install 'routedvlm\[ray\]'`"):

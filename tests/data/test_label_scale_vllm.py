@@ -21,7 +21,7 @@ def toy_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def profile(vllm_servers, tmp_path_factory):
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     out = tmp_path_factory.mktemp("profile") / "profile.json"
     assert main(["--model", vllm_servers["small"], "--model", vllm_servers["large"], "--image-sizes", "96x16",
@@ -31,7 +31,7 @@ def profile(vllm_servers, tmp_path_factory):
 
 
 def _label(data, out, servers, *extra):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
     from routedvlm.training.cli import main
 

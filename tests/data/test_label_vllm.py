@@ -17,7 +17,7 @@ def toy_data(tmp_path_factory):
 
 
 def _label(data, out, small, large, *extra):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
     from routedvlm.training.cli import main
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from routedvlm.router.errors import ConfigError, LabelsError
+from routedvlm.errors import ConfigError, LabelsError
 
 N_ROWS = 5
 BROKEN = "s001"  # its image bytes are not an image
@@ -47,7 +47,7 @@ def _args(world, out, *extra):
 
 
 def _label(*argv):
-    from routedvlm.data.label_cli import main
+    from routedvlm.data.labelling.cli import main
 
     return main(list(argv))
 
@@ -82,7 +82,7 @@ def test_end_to_end_output_follows_the_schema(full_run):
 
 @pytest.mark.slow
 def test_a_broken_image_is_recorded_and_the_run_goes_on(full_run):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     df, meta = read_labels(full_run)
     bad = df.set_index("sample_id").loc[BROKEN]
@@ -93,7 +93,7 @@ def test_a_broken_image_is_recorded_and_the_run_goes_on(full_run):
 
 @pytest.mark.slow
 def test_samples_reload_by_id_from_the_metadata(full_run):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.loading import load_samples
 
     df, meta = read_labels(full_run)
@@ -104,7 +104,7 @@ def test_samples_reload_by_id_from_the_metadata(full_run):
 @pytest.mark.slow
 def test_features_match_compute_features_on_the_same_results(world, full_run):
     """The labeller's feature columns are exactly inference.features on a run_many of the same sample."""
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.loading import load_samples
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.features import compute_features
@@ -132,8 +132,8 @@ def test_existing_output_needs_resume_and_same_settings(world, full_run):
 
 @pytest.mark.slow
 def test_resume_after_kill_loses_and_duplicates_nothing(world, capsys):
-    from routedvlm.data.label_parts import PartStore
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labelling.parts import PartStore
+    from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "killed" / "labels.parquet"
     cmd = [sys.executable, "-m", "routedvlm.training.cli", "label", *_args(world, out, "--flush-every", "1")]
@@ -187,7 +187,7 @@ def _profile() -> dict:
 
 @pytest.mark.slow
 def test_cost_profile_gives_deterministic_latencies(world, tmp_path):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
 
     prof = tmp_path / "profile.json"
     prof.write_text(json.dumps(_profile()))
@@ -206,7 +206,7 @@ def test_cost_profile_gives_deterministic_latencies(world, tmp_path):
 
 def test_compose_latencies_worked_example():
     """transfer_4 = small reasoning (decode truncated at 4) + large prefix + large continuation; escalate drops the prefix."""
-    from routedvlm.data.latency import compose_latencies
+    from routedvlm.data.labelling.latency import compose_latencies
 
     def rec(stage, model, v, p, d):
         return {"stage": stage, "model": model, "vision_ms": v, "prefill_ms": p, "decode_ms": d}
@@ -229,7 +229,7 @@ def test_compose_latencies_worked_example():
 def test_compose_latencies_with_branches_worked_example():
     """run_many splits prefills where prompts branch: each trace lists every call its prompt was built from.
     transfer_4 = small prefix + small reasoning (truncated) + large prefix + branch of K=2 + its own branch + its call."""
-    from routedvlm.data.latency import compose_latencies
+    from routedvlm.data.labelling.latency import compose_latencies
 
     def rec(stage, model, v, p, d):
         return {"stage": stage, "model": model, "vision_ms": v, "prefill_ms": p, "decode_ms": d}
@@ -254,7 +254,7 @@ def test_composed_costs_equal_independent_runs_in_tokens(world):
     own, and every escalate increment equals that of `escalate` after `large_direct`: the records lose no work."""
     from PIL import Image
 
-    from routedvlm.data.latency import compose_latencies, trace_ms
+    from routedvlm.data.labelling.latency import compose_latencies, trace_ms
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.router.strategies import default_strategies
 
@@ -275,7 +275,7 @@ def test_composed_costs_equal_independent_runs_in_tokens(world):
 
 
 def test_config_errors_name_the_setting():
-    from routedvlm.data.label_config import LabelConfig
+    from routedvlm.data.labelling.config import LabelConfig
 
     base = dict(small="s", large="l", dataset="d", out="o.parquet")
     with pytest.raises(ConfigError, match=r"^The `shard` setting must be 'I/N' with 0 <= I < N"):
@@ -297,7 +297,7 @@ def test_help_is_fast_and_imports_no_torch():
 
 @pytest.mark.slow
 def test_merge_refuses_files_of_different_runs(full_run, tmp_path):
-    from routedvlm.data.labels import read_labels, write_labels
+    from routedvlm.data.labels.schema import read_labels, write_labels
 
     df, meta = read_labels(full_run)
     other = write_labels(df, tmp_path / "other.parquet", {**meta, "selector": "suffix"})

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from routedvlm.data import labels as L
-from routedvlm.data.labels_cli import main as labels_main
-from routedvlm.router.errors import LabelsError
+from routedvlm.data.labels.cli import main as labels_main
+from routedvlm.errors import LabelsError
 
 STRATEGIES = ["small_direct", "large_direct", "transfer_16", "transfer_all"]
 
@@ -196,7 +196,7 @@ def test_cli_help_is_fast_to_import():
     import subprocess
     import sys
 
-    code = "import sys; from routedvlm.data.labels_cli import main; print(sorted(m for m in ('pandas', 'pyarrow', 'torch') if m in sys.modules))"
+    code = "import sys; from routedvlm.data.labels.cli import main; print(sorted(m for m in ('pandas', 'pyarrow', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     with pytest.raises(SystemExit) as exc:
@@ -208,7 +208,7 @@ def test_written_labels_get_the_usual_permissions(tmp_path):
     """Regression: atomic writes went through mkstemp and left labels files readable by their owner only."""
     import os
 
-    from routedvlm.data.labels import atomic_write
+    from routedvlm.data.labels.schema import atomic_write
 
     umask = os.umask(0o022)
     try:
@@ -237,7 +237,7 @@ def test_labels_from_other_writers_are_valid_with_warnings(tmp_path, capsys):
     filtered = _pyarrow_filtered(good, tmp_path / "filtered.parquet")
     problems, warnings = L.validate_labels(filtered), None
     assert len(problems) == 1 and problems[0].startswith("bad content hash")
-    from routedvlm.data.labels_validate import inspect_labels
+    from routedvlm.data.labels.validate import inspect_labels
 
     assert inspect_labels(filtered, strict=False) == ([], problems)
     by_pandas = tmp_path / "pandas.parquet"

@@ -4,7 +4,7 @@ import pytest
 from routedvlm.data.scorers import METRICS, circular_accuracy, extract_choice, is_correct, parses, score
 from routedvlm.data.scorers.mmmu import parse_choice, parse_open
 from routedvlm.data.scorers.normalize import levenshtein, process_punctuation, vqa_normalize
-from routedvlm.router.errors import ConfigError, DatasetError
+from routedvlm.errors import ConfigError, DatasetError
 
 ABCD = ["cat", "dog", "bird", "fish"]
 

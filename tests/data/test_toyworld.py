@@ -9,7 +9,7 @@ from routedvlm.data.toyworld import models as M
 from routedvlm.data.toyworld import task
 from routedvlm.data.toyworld.task import make_samples
 from routedvlm.inference.prompts import PromptConfig
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 CKPT = pathlib.Path(task.__file__).parent / "checkpoints"
 

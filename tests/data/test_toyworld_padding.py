@@ -6,7 +6,7 @@ import pytest
 from routedvlm.data.toyworld import models as M
 from routedvlm.data.toyworld.padding import head_index_map, pad_qwen2vl, padded_text_config
 from routedvlm.data.toyworld.task import make_samples
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 
 def _random_model(side: str, seed: int):

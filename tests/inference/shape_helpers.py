@@ -1,7 +1,7 @@
 """A tiny config.json derived from the shipped Qwen3-VL 2B shape (same structure, small sizes) for shape tests."""
 import json
 
-from routedvlm.inference.shapes import SHAPES_DIR
+from routedvlm.inference.profiling.shapes import SHAPES_DIR
 
 
 def tiny_shape_config(vocab_size: int = 151936, hidden: int = 64, tie: bool = True) -> dict:

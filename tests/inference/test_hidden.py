@@ -3,7 +3,7 @@ through the labeller's shared-prefix path, off unless switched on, and layers va
 import numpy as np
 import pytest
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 ARCHS = ["qwen2_vl", "qwen3_vl", "smolvlm"]
 

@@ -104,14 +104,14 @@ def test_text_only_features_say_there_is_no_image(pipe):
     ({"type": "audio"}, r"^A message part's `type` must be one of 'image', 'image_url' or 'text'"),
 ])
 def test_bad_parts_are_clear_errors(pipe, part, match):
-    from routedvlm.router.errors import ImageLoadError, InputError
+    from routedvlm.errors import ImageLoadError, InputError
 
     with pytest.raises((InputError, ImageLoadError), match=match):
         pipe.run(messages=[{"role": "user", "content": [part, {"type": "text", "text": Q}]}], strategy="large_direct")
 
 
 def test_two_images_and_an_unreachable_url_are_clear_errors(pipe, images, image_server):
-    from routedvlm.router.errors import ImageLoadError, InputError
+    from routedvlm.errors import ImageLoadError, InputError
 
     two = [{"type": "image", "image": images["square"]}] * 2
     with pytest.raises(InputError, match=r"^The last user message may hold at most one image part. Got 2"):
@@ -134,9 +134,9 @@ def test_device_auto_is_cuda_when_present(monkeypatch):
 def test_default_device_is_auto_everywhere():
     import inspect
 
-    from routedvlm.data.label_config import LabelConfig
-    from routedvlm.inference.profiler import ProfileSettings
-    from routedvlm.inference.serve_cli import ServeConfig
+    from routedvlm.data.labelling.config import LabelConfig
+    from routedvlm.inference.profiling.profiler import ProfileSettings
+    from routedvlm.inference.serving.cli import ServeConfig
     from routedvlm.inference.vlm import VLM
 
     assert inspect.signature(VLM.from_pretrained).parameters["device"].default == "auto"

@@ -1,7 +1,7 @@
 """Thinking on/off per model family: hybrid template, thinking-only, no thinking mode, reasoner checkpoint."""
 import pytest
 
-from routedvlm.router.errors import ModeUnavailableError
+from routedvlm.errors import ModeUnavailableError
 
 MSG = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Which?"}]}]
 

@@ -76,7 +76,7 @@ def _pipeline(client, **kw):
 
 
 def test_escalation_without_reuse_names_the_missing_server_flags():
-    from routedvlm.router.errors import BackendError
+    from routedvlm.errors import BackendError
 
     vlm, req, lp = _pipeline(FakeClient(cached=0))
     lp.answer(lp.direct_text, "large_direct")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from routedvlm.router.errors import ConfigError, ImageLoadError, InputError, RoutedVLMError, UnknownStrategyError
+from routedvlm.errors import ConfigError, ImageLoadError, InputError, RoutedVLMError, UnknownStrategyError
 
 Q = "How many boxes?"
 TRACE_KEYS = {"stage", "model", "vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens"}

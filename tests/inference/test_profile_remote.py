@@ -52,8 +52,8 @@ def server():
 
 
 def test_a_server_model_is_profiled_from_streamed_tokens(server, tmp_path, capsys):
-    from routedvlm.inference.latency_model import LatencyModel, cost_stage_fn
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.latency_model import LatencyModel, cost_stage_fn
+    from routedvlm.inference.profiling.cli import main
 
     httpd, url = server
     spec = f"{url}#toy"
@@ -82,15 +82,15 @@ def test_a_server_model_is_profiled_from_streamed_tokens(server, tmp_path, capsy
 
 
 def test_a_wrong_model_id_is_one_clear_error(server, tmp_path):
-    from routedvlm.inference.profile_cli import main
-    from routedvlm.router.errors import BackendError, ConfigError
+    from routedvlm.inference.profiling.cli import main
+    from routedvlm.errors import BackendError, ConfigError
 
     _, url = server
     with pytest.raises(BackendError, match=rf"^The OpenAI-compatible server {url} refused a profiling request for "
                                            r"'nope': HTTP 404: .*no such model"):
         main(["--model", f"{url}#nope", "--image-sizes", "32", "--prompt-tokens", "4", "--output-tokens", "2",
               "--repeats", "1", "--out", str(tmp_path / "p.json"), "--no-progress"])
-    from routedvlm.inference.profile_remote import parse_remote
+    from routedvlm.inference.profiling.remote import parse_remote
 
     with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
         parse_remote("http://127.0.0.1:1/v1#")

@@ -6,15 +6,15 @@ import random
 
 import pytest
 
-from routedvlm.inference.crossover import crossover_points, crossover_tokens
-from routedvlm.inference.latency_model import (
+from routedvlm.inference.profiling.crossover import crossover_points, crossover_tokens
+from routedvlm.inference.profiling.latency_model import (
     LatencyModel,
     decode_sum_ms,
     fit_components,
     fit_linear,
     profile_hash,
 )
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 
 # A known synthetic cost function (ms): what the fit must recover.
 TRUE = {
@@ -132,7 +132,7 @@ def test_crossover_matches_brute_force():
 
 
 def test_plots_are_written(tmp_path):
-    from routedvlm.inference.profile_plots import plot_components, plot_crossover
+    from routedvlm.inference.profiling.plots import plot_components, plot_crossover
 
     prof = synthetic_profile()
     a = plot_components(prof, tmp_path / "components.png")
@@ -205,7 +205,7 @@ def test_cli_help_is_fast_and_imports_no_torch():
 
 
 def test_cli_rejects_bad_grids(capsys):
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     with pytest.raises(SystemExit):
         main(["--model", "x", "--image-sizes", "224,-1", "--out", "p.json"])
@@ -217,7 +217,7 @@ def test_cli_rejects_bad_grids(capsys):
 def test_cuda_device_without_cuda_is_a_clear_error(tmp_path):
     import torch
 
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the GPU test below covers it")
@@ -228,7 +228,7 @@ def test_cuda_device_without_cuda_is_a_clear_error(tmp_path):
 @pytest.mark.gpu
 def test_gpu_profile_synchronises(tiny_pair, tmp_path):
     """On a GPU (`make test-gpu`; deselected by default): the CUDA path (synchronised timings, GPU name)."""
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     out = tmp_path / "profile.json"
     assert main(["--model", str(tiny_pair[0]), "--image-sizes", "32", "--prompt-tokens", "8", "--output-tokens", "1,4",
@@ -238,7 +238,7 @@ def test_gpu_profile_synchronises(tiny_pair, tmp_path):
 
 
 def test_cost_stage_fn_maps_sides_and_hashes_the_profile(tmp_path):
-    from routedvlm.inference.latency_model import cost_stage_fn
+    from routedvlm.inference.profiling.latency_model import cost_stage_fn
 
     path = tmp_path / "profile.json"
     prof = synthetic_profile()
@@ -261,7 +261,7 @@ def test_cost_stage_fn_maps_sides_and_hashes_the_profile(tmp_path):
 
 
 def test_end_to_end_mape_is_zero_for_an_exact_fit_and_counts_misses():
-    from routedvlm.inference.profiler import end_to_end_mape
+    from routedvlm.inference.profiling.profiler import end_to_end_mape
 
     fit = {"vision": _fit_dict(2.0, 0.5, "image_tokens"), "prefill": _fit_dict(1.0, 0.1, "tokens"),
            "decode": _fit_dict(3.0, 0.01, "context_len")}
@@ -277,8 +277,8 @@ def _fit_dict(a, b, x):
 
 
 def test_cli_missing_model_is_a_load_error(tmp_path):
-    from routedvlm.inference.profile_cli import main
-    from routedvlm.router.errors import ModelLoadError
+    from routedvlm.inference.profiling.cli import main
+    from routedvlm.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match=r"^The checkpoint .*nope.* is neither an existing folder nor a hub id"):
         main(["--model", str(tmp_path / "nope"), "--out", str(tmp_path / "p.json"), "--no-progress"])
@@ -286,8 +286,8 @@ def test_cli_missing_model_is_a_load_error(tmp_path):
 
 
 def test_image_sizes_square_or_width_by_height():
-    from routedvlm.inference.profile_cli import build_parser
-    from routedvlm.inference.profiler import ProfileSettings, random_image
+    from routedvlm.inference.profiling.cli import build_parser
+    from routedvlm.inference.profiling.profiler import ProfileSettings, random_image
 
     args = build_parser().parse_args(["--model", "m", "--out", "p.json", "--image-sizes", "448,96X16,224"])
     assert args.image_sizes == [448, "96x16", 224]

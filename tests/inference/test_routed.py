@@ -7,7 +7,7 @@ import pytest
 from routed_helpers import PROMPT_FEATURE, every_feature_router, expected_route, save_prompt_router
 
 from routedvlm.inference.routed import DEFAULT_ROUTER
-from routedvlm.router.errors import ConfigError, InputError
+from routedvlm.errors import ConfigError, InputError
 
 Q = "How many boxes?"
 PIPE_KW = dict(min_new_tokens=4, max_direct_tokens=6, max_reason_tokens=40, min_reason_tokens=24)
@@ -152,8 +152,8 @@ def test_runtime_features_and_answers_equal_the_labellers_output(tiny_pair, tmp_
     answers are the labels' feature and answer columns."""
     from PIL import Image
 
-    from routedvlm.data.label_cli import main as label
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labelling.cli import main as label
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.features import feature_names
     from routedvlm.inference.routed import RoutedVLM

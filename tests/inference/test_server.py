@@ -218,7 +218,7 @@ def test_corrupt_router_folder_falls_back_in_process(tiny_pair, make_pipeline, i
     from fastapi.testclient import TestClient
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.inference.server import create_app
+    from routedvlm.inference.serving.server import create_app
 
     folder = save_prompt_router(tmp_path / "router")
     (folder / "policy.json").write_text('{"router_type": "lightgbm"')
@@ -234,11 +234,11 @@ def test_corrupt_router_folder_falls_back_in_process(tiny_pair, make_pipeline, i
 
 
 def test_serve_help_is_fast_and_bad_flags_are_errors():
-    code = ("import json, sys; import routedvlm.inference.serve_cli as m; m.build_parser().format_help(); "
+    code = ("import json, sys; import routedvlm.inference.serving.cli as m; m.build_parser().format_help(); "
             "print(json.dumps(sorted(k for k in ('torch', 'transformers', 'fastapi') if k in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
-    from routedvlm.inference.serve_cli import build_parser
+    from routedvlm.inference.serving.cli import build_parser
 
     text = " ".join(build_parser().format_help().split())
     assert "TCP port (default: 8000)" in text and "(default: 127.0.0.1)" in text
@@ -301,7 +301,7 @@ def test_routed_vlm_with_remote_models_takes_the_local_route(remote_pipe, local,
 
 def test_attention_selector_is_unavailable_over_http(server, make_pipeline, images):
     from routedvlm.inference import VLM
-    from routedvlm.router.errors import ModeUnavailableError
+    from routedvlm.errors import ModeUnavailableError
 
     url = f"{server['url']}/v1"
     pipe = make_pipeline(VLM.from_openai(url, "small", api_key=KEY), VLM.from_openai(url, "large", api_key=KEY),
@@ -312,7 +312,7 @@ def test_attention_selector_is_unavailable_over_http(server, make_pipeline, imag
 
 def test_backend_errors_name_the_server_and_the_request(server, make_pipeline, images):
     from routedvlm.inference import VLM
-    from routedvlm.router.errors import BackendError
+    from routedvlm.errors import BackendError
 
     closed = f"http://127.0.0.1:{_free_port()}/v1"
     pipe = make_pipeline(VLM.from_openai(closed, "small", max_retries=1, timeout=5), VLM.from_openai(closed, "large"))
@@ -328,7 +328,7 @@ def test_client_retries_5xx_with_backoff_but_not_4xx():
     import httpx
 
     from routedvlm.inference.backends.openai_http import ChatClient
-    from routedvlm.router.errors import BackendError
+    from routedvlm.errors import BackendError
 
     calls = []
 
@@ -381,8 +381,8 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
     from fastapi.testclient import TestClient
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.inference.server import create_app
-    from routedvlm.router.errors import ConfigError
+    from routedvlm.inference.serving.server import create_app
+    from routedvlm.errors import ConfigError
 
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
     url = f"{server['url']}/v1"
@@ -439,7 +439,7 @@ def test_label_with_remote_sides_writes_labels_and_names_the_servers(server, ima
     stand-in keeps no prefix cache across requests, so the reuse check is off); metadata names servers and models."""
     import pandas as pd
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.training.cli import main
 
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
@@ -466,7 +466,7 @@ def test_label_at_concurrency_over_http_gives_the_serial_labels(server, images, 
     answers, correctness, tokens and features as one at a time; the metadata says the latencies are batched."""
     import pandas as pd
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.training.cli import main
 
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)

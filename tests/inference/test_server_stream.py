@@ -95,7 +95,7 @@ def test_router_failing_every_decision_is_unhealthy_and_logged_once(tiny_pair, m
     from prometheus_client.parser import text_string_to_metric_families
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.inference.server import create_app
+    from routedvlm.inference.serving.server import create_app
 
     routed = RoutedVLM(make_pipeline(*tiny_pair), every_feature_router(fail=True), fallback="large_direct")
     with caplog.at_level(logging.ERROR, logger="routedvlm.inference.router_health"), TestClient(create_app(routed)) as http:
@@ -119,7 +119,7 @@ def test_background_loading_answers_probes_and_503_until_loaded(tiny_pair, make_
     from fastapi.testclient import TestClient
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.inference.server import create_app
+    from routedvlm.inference.serving.server import create_app
 
     go = threading.Event()
 
@@ -159,7 +159,7 @@ def test_a_refused_body_is_freed_at_once(tiny_pair, make_pipeline):
     from fastapi.testclient import TestClient
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.inference.server import create_app
+    from routedvlm.inference.serving.server import create_app
 
     body = b'{"model": "routedvlm", "pad": "' + b"x" * 8_000_000 + b'"}'
     with TestClient(create_app(RoutedVLM(make_pipeline(*tiny_pair), "large_direct"))) as http:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from routedvlm.router.errors import ConfigError, InsufficientMemoryError
+from routedvlm.errors import ConfigError, InsufficientMemoryError
 
 from shape_helpers import tiny_shape_config, write_tiny_shape
 
@@ -23,8 +23,8 @@ def tokenizer():
 
 
 def test_shipped_shapes_have_the_published_parameter_counts(tokenizer):
-    from routedvlm.inference.shape_memory import estimate_memory
-    from routedvlm.inference.shapes import meta_model, resolve_shape, shape_names
+    from routedvlm.inference.profiling.shape_memory import estimate_memory
+    from routedvlm.inference.profiling.shapes import meta_model, resolve_shape, shape_names
 
     assert shape_names() == sorted(PUBLISHED)
     for name, count in PUBLISHED.items():
@@ -44,7 +44,7 @@ def test_small_config_builds_like_from_config_in_bfloat16_without_a_float32_copy
     from torch.utils._python_dispatch import TorchDispatchMode
     from transformers import AutoModelForImageTextToText
 
-    from routedvlm.inference.shapes import _BLOCK, _hf_config, shape_vlm
+    from routedvlm.inference.profiling.shapes import _BLOCK, _hf_config, shape_vlm
     from routedvlm.inference.tiny import build_tokenizer
 
     path = write_tiny_shape(tmp_path / "tiny.json")  # published vocabulary: the embedding alone has 9.7M elements
@@ -81,7 +81,7 @@ def test_peak_memory_is_the_bfloat16_weights_not_a_float32_copy(tmp_path):
     path = write_tiny_shape(tmp_path / "mid.json", hidden=384, tie=False)  # 2 x 151936 x 384 embedding + head
     code = (
         "import resource, sys, torch\n"
-        "from routedvlm.inference.shapes import shape_vlm\n"
+        "from routedvlm.inference.profiling.shapes import shape_vlm\n"
         "import transformers, accelerate\n"
         "from transformers import AutoModelForImageTextToText\n"
         "rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
@@ -100,7 +100,7 @@ def test_peak_memory_is_the_bfloat16_weights_not_a_float32_copy(tmp_path):
 def test_weights_are_seeded_and_follow_the_init_rules(tmp_path):
     import torch
 
-    from routedvlm.inference.shapes import shape_vlm
+    from routedvlm.inference.profiling.shapes import shape_vlm
 
     path = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
     a, b, c = (shape_vlm(path, "cpu", "bfloat16", seed=s).model for s in (0, 0, 1))
@@ -116,8 +116,8 @@ def test_weights_are_seeded_and_follow_the_init_rules(tmp_path):
 
 
 def test_memory_check_refuses_before_allocating(monkeypatch):
-    from routedvlm.inference import shape_memory
-    from routedvlm.inference.shapes import shape_vlm
+    from routedvlm.inference.profiling import shape_memory
+    from routedvlm.inference.profiling.shapes import shape_vlm
 
     monkeypatch.setattr(shape_memory, "available_gib", lambda device: (4.0, "a test"))
     with pytest.raises(InsufficientMemoryError, match=r"^The shape 'qwen3-vl-8b' needs about 1[0-9]\.\d GiB on cpu "
@@ -127,9 +127,9 @@ def test_memory_check_refuses_before_allocating(monkeypatch):
 
 
 def test_memory_estimate_grows_with_the_grid(tokenizer):
-    from routedvlm.inference.profiler import ProfileSettings
-    from routedvlm.inference.shape_memory import check_fits, estimate_memory, image_tokens
-    from routedvlm.inference.shapes import meta_model, resolve_shape
+    from routedvlm.inference.profiling.profiler import ProfileSettings
+    from routedvlm.inference.profiling.shape_memory import check_fits, estimate_memory, image_tokens
+    from routedvlm.inference.profiling.shapes import meta_model, resolve_shape
 
     model = meta_model(resolve_shape("qwen3-vl-2b")[1], "bfloat16", tokenizer)
     assert image_tokens(model.config, 224, 224) == (256, 64)  # upscaled to the 256^2-pixel minimum
@@ -144,7 +144,7 @@ def test_memory_estimate_grows_with_the_grid(tokenizer):
 
 
 def test_resolve_shape_errors_name_the_options(tmp_path):
-    from routedvlm.inference.shapes import is_shape_spec, resolve_shape
+    from routedvlm.inference.profiling.shapes import is_shape_spec, resolve_shape
 
     with pytest.raises(ConfigError, match=r"^The `--shape` value must be one of 'qwen3-vl-2b', 'qwen3-vl-4b' or "
                                           r"'qwen3-vl-8b' or a config.json file. Got 'qwen3-vl-3b' instead"):
@@ -160,8 +160,8 @@ def test_resolve_shape_errors_name_the_options(tmp_path):
 
 
 def test_shape_vlm_generates_on_an_image(tmp_path):
-    from routedvlm.inference.profiler import _one_call, random_image
-    from routedvlm.inference.shapes import shape_vlm
+    from routedvlm.inference.profiling.profiler import _one_call, random_image
+    from routedvlm.inference.profiling.shapes import shape_vlm
 
     vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json", vocab_size=512), "cpu")
     call = _one_call(vlm, random_image(224), "How tall is the bar?", 4, "cpu")
@@ -191,8 +191,8 @@ def test_cli_profiles_shapes_with_memory_and_time(tmp_path, capsys):
 
 
 def test_every_shape_is_checked_before_the_first_measurement(tmp_path, monkeypatch):
-    from routedvlm.inference import shape_memory
-    from routedvlm.inference.profiler import ProfileSettings, run_profile
+    from routedvlm.inference.profiling import shape_memory
+    from routedvlm.inference.profiling.profiler import ProfileSettings, run_profile
 
     monkeypatch.setattr(shape_memory, "available_gib", lambda device: (4.0, "a test"))
     tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
@@ -204,7 +204,7 @@ def test_every_shape_is_checked_before_the_first_measurement(tmp_path, monkeypat
 
 
 def test_partial_profile_is_written_after_each_model(tmp_path):
-    from routedvlm.inference.profiler import ProfileSettings, run_profile
+    from routedvlm.inference.profiling.profiler import ProfileSettings, run_profile
 
     tiny = write_tiny_shape(tmp_path / "tiny.json", vocab_size=512)
     settings = ProfileSettings(image_sizes=[64], prompt_tokens=[4, 8], output_tokens=[1, 3], repeats=1,
@@ -216,7 +216,7 @@ def test_partial_profile_is_written_after_each_model(tmp_path):
 
 
 def test_cpu_clock_is_for_cpu_devices_only():
-    from routedvlm.inference.profiler import ProfileSettings
+    from routedvlm.inference.profiling.profiler import ProfileSettings
 
     with pytest.raises(ConfigError, match=r"^The `clock` setting must be one of 'cpu' or 'wall'\. Got 'gpu'"):
         ProfileSettings(clock="gpu")
@@ -236,18 +236,18 @@ def test_clock_swaps_the_time_stamps_of_generation():
 
 
 def test_cli_needs_a_model_or_a_shape(tmp_path):
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     with pytest.raises(ConfigError, match=r"^routedvlm profile needs at least one --model PATH_OR_ID or --shape"):
         main(["--out", str(tmp_path / "p.json")])
 
 
 def test_gpu_check_preset_sets_the_paper_grid_on_cuda(tmp_path, tokenizer):
-    from routedvlm.inference.gpu_check import PRESETS
-    from routedvlm.inference.profile_cli import build_parser, resolve_args
-    from routedvlm.inference.profiler import ProfileSettings
-    from routedvlm.inference.shape_memory import estimate_memory
-    from routedvlm.inference.shapes import meta_model, resolve_shape
+    from routedvlm.inference.profiling.gpu_check import PRESETS
+    from routedvlm.inference.profiling.cli import build_parser, resolve_args
+    from routedvlm.inference.profiling.profiler import ProfileSettings
+    from routedvlm.inference.profiling.shape_memory import estimate_memory
+    from routedvlm.inference.profiling.shapes import meta_model, resolve_shape
 
     args = build_parser().parse_args(["--preset", "gpu-check"])
     preset, shapes = resolve_args(args)
@@ -269,7 +269,7 @@ def test_gpu_check_preset_sets_the_paper_grid_on_cuda(tmp_path, tokenizer):
 def test_gpu_check_without_cuda_is_a_clear_error(tmp_path):
     import torch
 
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.cli import main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -281,7 +281,7 @@ def test_gpu_check_without_cuda_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
     """The preset's whole path (profile, escalation, tests step, one JSON + plots) on CPU with tiny shapes."""
-    from routedvlm.inference.latency_model import LatencyModel
+    from routedvlm.inference.profiling.latency_model import LatencyModel
     from routedvlm.training.cli import main
 
     small = write_tiny_shape(tmp_path / "small.json", vocab_size=512, hidden=32)
@@ -311,8 +311,8 @@ def test_shape_builds_and_generates_on_cuda(tmp_path):
     """On a GPU (`make test-gpu`): a shape is allocated on CUDA in bf16 and generates with synchronised timings."""
     import torch
 
-    from routedvlm.inference.profiler import _one_call, random_image
-    from routedvlm.inference.shapes import shape_vlm
+    from routedvlm.inference.profiling.profiler import _one_call, random_image
+    from routedvlm.inference.profiling.shapes import shape_vlm
 
     vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), "cuda", "bfloat16")
     assert {p.device.type for p in vlm.model.parameters()} == {"cuda"}
@@ -324,8 +324,8 @@ def test_shape_builds_and_generates_on_cuda(tmp_path):
 def test_from_reanalyses_a_saved_profile_at_other_m(tmp_path, capsys):
     from test_profiler import synthetic_profile
 
-    from routedvlm.inference.crossover import crossover_points
-    from routedvlm.inference.profile_cli import main
+    from routedvlm.inference.profiling.crossover import crossover_points
+    from routedvlm.inference.profiling.cli import main
 
     saved = tmp_path / "profile.json"
     saved.write_text(json.dumps(synthetic_profile()))
@@ -345,8 +345,8 @@ def test_the_shipped_cpu_profile_reports_its_crossovers():
     """docs/profile_qwen3vl_2b_4b_cpu.json (README numbers): the 4B wins only once the 2B reasons past ~120 tokens."""
     import pathlib
 
-    from routedvlm.inference.crossover import crossover_points
-    from routedvlm.inference.latency_model import read_profile
+    from routedvlm.inference.profiling.crossover import crossover_points
+    from routedvlm.inference.profiling.latency_model import read_profile
 
     path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "profile_qwen3vl_2b_4b_cpu.json"
     prof = read_profile(path)

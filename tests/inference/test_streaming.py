@@ -92,7 +92,7 @@ def test_cancelled_stream_stops_and_frees_the_models(routed, images):
 
 
 def test_bad_max_tokens_is_an_input_error(routed, images):
-    from routedvlm.router.errors import InputError
+    from routedvlm.errors import InputError
 
     with pytest.raises(InputError, match=r"^The `max_tokens` parameter must be a positive integer or None"):
         routed("large_direct").stream(image=images["square"], question=Q, max_tokens=0)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from routedvlm.router.errors import ConfigError, ModelLoadError
+from routedvlm.errors import ConfigError, ModelLoadError
 
 ARCHS = ["qwen2_vl", "qwen3_vl", "smolvlm", "llava_onevision"]
 

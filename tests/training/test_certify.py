@@ -6,8 +6,8 @@ import pytest
 
 from routedvlm.router import Policy
 from routedvlm.router.decision_rules import fixed_rule
-from routedvlm.training.certify import apply_to_policy, certify, risk_spec
-from routedvlm.training.probe_eval import PrecomputedRouter
+from routedvlm.training.calibration.certify import apply_to_policy, certify, risk_spec
+from routedvlm.training.probe.evaluate import PrecomputedRouter
 
 FEATURE = "feat__large_direct__logprob_mean"
 

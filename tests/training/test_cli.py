@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from routedvlm.data.labels import compute_labels, strategies_in, write_labels
+from routedvlm.data.labels.schema import compute_labels, strategies_in, write_labels
 from routedvlm.training.cli import main
 from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -177,7 +177,7 @@ def test_labels_from_any_writer_train_with_a_warning(writer, base_df, tmp_path, 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from routedvlm.data.labels import content_hash, read_labels
+    from routedvlm.data.labels.schema import content_hash, read_labels
 
     good = _write(base_df, tmp_path / "good.parquet")
     table = pq.read_table(good)

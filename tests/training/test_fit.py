@@ -1,7 +1,7 @@
 """Feature selection per mode, paid stages, and constant targets."""
 import pytest
 
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 from routedvlm.training.fit import paid_stages_for, select_features
 
 
@@ -44,7 +44,7 @@ def test_small_direct_features_and_a_constant_target(synthetic_df, tmp_path):
 def test_infinite_feature_values_are_not_missing_values(synthetic_df):
     import numpy as np
 
-    from routedvlm.router.errors import TrainingError
+    from routedvlm.errors import TrainingError
     from routedvlm.training.fit import check_features
 
     cols = ["feat__prompt__question_words", "feat__large_direct__logprob_mean"]

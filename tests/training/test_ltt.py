@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from routedvlm.router.errors import ConfigError
-from routedvlm.training import ltt
+from routedvlm.errors import ConfigError
+from routedvlm.training.calibration import ltt
 
 
 def test_binomial_p_value_worked_example():

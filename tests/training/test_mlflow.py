@@ -62,7 +62,7 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
 def test_a_router_with_non_finite_test_metrics_is_never_logged_or_registered(synthetic_df, tmp_path):
     import numpy as np
 
-    from routedvlm.router.errors import TrainingError
+    from routedvlm.errors import TrainingError
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels

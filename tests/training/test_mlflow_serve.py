@@ -64,7 +64,7 @@ def test_mlflow_models_serve_answers_for_the_champion_trained_on_pandas_filtered
                                                                                          monkeypatch):
     from mlflow import MlflowClient
 
-    from routedvlm.data.labels import content_hash, read_labels
+    from routedvlm.data.labels.schema import content_hash, read_labels
     from routedvlm.router.load import load_router
     from routedvlm.training.cli import main
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from routedvlm.router import RouterError, load_router
-from routedvlm.router.errors import TrainingError
+from routedvlm.errors import TrainingError
 from routedvlm.training.config import TrainConfig
 
 STRATEGIES = ["large_direct", "transfer_64", "large_reason"]
@@ -28,7 +28,7 @@ def probe_data(tmp_path_factory):
     import torch
     from PIL import Image
 
-    from routedvlm.data.labels import write_labels
+    from routedvlm.data.labels.schema import write_labels
     from routedvlm.inference import build_tiny_vlm
     from routedvlm.training.synthetic import make_synthetic_labels, synthetic_metadata
 
@@ -58,7 +58,7 @@ def _config(out, data, **kw):
 
 @pytest.fixture(scope="session")
 def probe_run(probe_data, tmp_path_factory):
-    from routedvlm.training.probe import train_probe
+    from routedvlm.training.probe.lora_probe import train_probe
 
     out = tmp_path_factory.mktemp("probe-run")
     return train_probe(_config(out, probe_data))
@@ -93,7 +93,7 @@ def test_save_load_same_decisions(probe_run):
 def test_table_side_by_side_with_the_probe_cost(probe_run):
     from routedvlm.router.decision_rules import uses_model
     from routedvlm.training.costs import realized_latency
-    from routedvlm.training.rule_family import with_agreement
+    from routedvlm.training.calibration.rule_family import with_agreement
 
     ev = probe_run.evaluation
     names = [r["name"] for r in ev["rows"]]
@@ -113,7 +113,7 @@ def test_table_side_by_side_with_the_probe_cost(probe_run):
 
 @pytest.mark.slow
 def test_checkpoints_and_resume(probe_run, probe_data, tmp_path):
-    from routedvlm.training.probe import train_probe
+    from routedvlm.training.probe.lora_probe import train_probe
 
     ckpt = probe_run.output_dir / "checkpoints"
     assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-001", "epoch-002"]
@@ -160,7 +160,7 @@ def test_decide_needs_the_sample(probe_run):
 
 
 def test_samples_need_a_source():
-    from routedvlm.training.probe_data import attach_samples, sample_source
+    from routedvlm.training.probe.data import attach_samples, sample_source
 
     labels = pd.DataFrame({"sample_id": ["a"], "question": ["q"]})
     with pytest.raises(TrainingError, match=r"^The labels' metadata records no `sample_source`"):
@@ -171,7 +171,7 @@ def test_samples_need_a_source():
 
 
 def test_probe_config_validation():
-    from routedvlm.router.errors import ConfigError
+    from routedvlm.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"`router` must be 'lightgbm', 'lora-probe' or 'self-probe'; got 'svm'.*`epochs` must be an "
                                           r"integer >= 1; got 0.*`lr` must be in \(0, 1\]; got 2"):
@@ -223,10 +223,10 @@ def test_bundled_toy_labels_reload_their_images_on_a_fresh_machine(tmp_path, mon
     file no fresh clone has; the probe regenerates that toy split (deterministic) instead of failing."""
     import numpy as np
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.training.labels_io import embedded_labels_path
-    from routedvlm.training.probe_data import attach_samples
+    from routedvlm.training.probe.data import attach_samples
 
     monkeypatch.chdir(tmp_path)
     df, meta = read_labels(embedded_labels_path())
@@ -244,7 +244,7 @@ def test_bundled_toy_labels_reload_their_images_on_a_fresh_machine(tmp_path, mon
 
 def test_missing_non_toy_source_still_asks_for_dataset(tmp_path, monkeypatch):
     from routedvlm.data.toyworld.make_labels import rebuild_split_file
-    from routedvlm.training.probe_data import attach_samples
+    from routedvlm.training.probe.data import attach_samples
 
     monkeypatch.chdir(tmp_path)
     assert rebuild_split_file(tmp_path / "mine.parquet") is None
@@ -259,10 +259,10 @@ def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, mo
     """Regression: the bundled labels record the toy models by the absolute path of the machine that labelled them;
     on another clone the probe's base must be the shipped checkpoint with the same weights, never another one."""
     import routedvlm.training.labels_io as io
-    from routedvlm.data.labels import read_labels, write_labels
+    from routedvlm.data.labels.schema import read_labels, write_labels
     from routedvlm.data.toyworld.make_labels import default_checkpoints
-    from routedvlm.router.errors import ConfigError
-    from routedvlm.training.probe import resolve_base
+    from routedvlm.errors import ConfigError
+    from routedvlm.training.probe.lora_probe import resolve_base
 
     df, meta = read_labels(io.embedded_labels_path())
     gone = str(tmp_path / "elsewhere" / "checkpoints" / "small")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from routedvlm.router import load_router
-from routedvlm.router.errors import ConfigError
+from routedvlm.errors import ConfigError
 from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
 from routedvlm.training.config import TrainConfig
 
@@ -18,7 +18,7 @@ N_ROWS = 300
 def toy_slice(tmp_path_factory):
     """The first N_ROWS of the bundled toy labels, written as a labels file (its metadata keeps the sample source
     and the shipped models), in a fresh working folder."""
-    from routedvlm.data.labels import write_labels
+    from routedvlm.data.labels.schema import write_labels
     from routedvlm.training.labels_io import embedded_labels_path, load_labels
 
     root = tmp_path_factory.mktemp("self-probe")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from routedvlm.data.toyworld.make_labels import TOY_K_GRID, checkpoint_pair, default_checkpoints
-from routedvlm.router.errors import ConfigError, ModelLoadError
+from routedvlm.errors import ConfigError, ModelLoadError
 from routedvlm.router.strategies import default_strategies
 from routedvlm.training.labels_io import embedded_labels_path
 
@@ -18,7 +18,7 @@ def quick_demo(tmp_path_factory):
     import contextlib
     import io
 
-    from routedvlm.training import demo
+    from routedvlm.training.demo.cli import cli as demo
 
     root = tmp_path_factory.mktemp("demo")
     uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
@@ -65,7 +65,7 @@ def test_quick_demo_prints_and_writes_the_side_by_side_table(quick_demo):
 
 @pytest.mark.slow
 def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.router import load_router
 
     out, _, uri = quick_demo
@@ -83,7 +83,7 @@ def test_quick_demo_registers_the_champion_routedvlm_loaded(quick_demo):
 
 
 def test_demo_config_needs_enough_label_samples_for_train_router():
-    from routedvlm.training.toy_demo import DemoConfig
+    from routedvlm.training.demo.toy import DemoConfig
 
     with pytest.raises(ConfigError, match=r"^The `n_label` setting must be at least 80 .* Got 20 instead\.$"):
         DemoConfig(n_label=20)
@@ -121,8 +121,8 @@ def test_bundled_labels_are_valid_toy_labels():
 
 def test_bundled_labels_were_made_with_the_shipped_checkpoints():
     """Retrain the toy models -> relabel: python -m routedvlm.data.toyworld.make_labels --out <bundled labels>."""
-    from routedvlm.data.label_meta import model_revision
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labelling.metadata import model_revision
+    from routedvlm.data.labels.schema import read_labels
 
     _, meta = read_labels(embedded_labels_path())
     for side, path in zip(("small", "large"), checkpoint_pair()):
@@ -157,7 +157,7 @@ def test_toy_data_sets_are_read_by_the_toyworld_adapter_with_the_bare_question(t
 
 @pytest.mark.slow
 def test_make_labels_cli_labels_a_toy_split_with_the_toy_settings(tmp_path, capsys):
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld import make_labels
 
     out = tmp_path / "eval-labels.parquet"
@@ -189,9 +189,9 @@ def test_demo_cost_profile_prices_labels_and_live_answers(tmp_path):
     """--cost: labels and live records are priced by the profile (bigger model = large side), not the wall clock."""
     from types import SimpleNamespace
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import label_dataset, write_split
-    from routedvlm.training.toy_demo import DemoConfig, cost_header, live_one, stage_cost
+    from routedvlm.training.demo.toy import DemoConfig, cost_header, live_one, stage_cost
 
     profile = _cost_profile(tmp_path / "profile.json")
     cfg = DemoConfig(cost=str(profile), out=str(tmp_path / "out"))
@@ -216,7 +216,7 @@ def test_demo_cost_profile_prices_labels_and_live_answers(tmp_path):
 
 
 def test_demo_with_a_missing_cost_profile_fails_before_labelling(tmp_path):
-    from routedvlm.training.toy_demo import DemoConfig, run_toy_demo
+    from routedvlm.training.demo.toy import DemoConfig, run_toy_demo
 
     cfg = DemoConfig(cost=str(tmp_path / "missing.json"), out=str(tmp_path / "out"), quick=True)
     with pytest.raises(ConfigError, match=r"^The profile file .*missing\.json' does not exist"):

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from routedvlm.data.labels import check_labels
-from routedvlm.router.errors import ConfigError, TrainingError
+from routedvlm.errors import ConfigError, TrainingError
 from routedvlm.training.config import TrainConfig
 from routedvlm.training.costs import expected_costs, incremental_costs, realized_latency
 from routedvlm.training.evaluate import area_under_curve, utility
@@ -80,7 +80,7 @@ def test_config_validation():
 
 
 def test_synthetic_labels_follow_the_schema_and_the_documented_process(synthetic_df):
-    from routedvlm.data.labels import content_hash
+    from routedvlm.data.labels.schema import content_hash
 
     check_labels(synthetic_df, {**synthetic_metadata(synthetic_df, 0), "schema_version": 1,
                                 "content_hash": content_hash(synthetic_df)})

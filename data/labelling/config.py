@@ -1,0 +1,163 @@
+"""`LabelConfig`: every setting of a labelling run (`routedvlm label` flags are its fields), validated once."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.strategies import DEFAULT_K_GRID, default_strategies, parse_k_grid, parse_strategy
+
+SELECTOR_NAMES = ("attention", "prefix", "suffix")
+DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."
+# fields that do not change what the run computes: they may differ between a run and its --resume (the latency
+# source they imply may not: see labelling.check_latency_source)
+NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_address", "num_workers",
+                "gpus_per_worker")
+REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are OpenAI-compatible servers
+
+
+def both_remote(cfg) -> bool:
+    """Both sides are servers (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
+    from routedvlm.inference.backends.remote import is_remote
+
+    return is_remote(cfg.small) and is_remote(cfg.large)
+
+
+@dataclass
+class LabelConfig:
+    """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
+
+    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
+    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
+    dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
+    out: str = field(metadata={"help": "labels.parquet to write"})
+    adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
+    dataset_config: str | None = field(default=None, metadata={"help": "hub data set config, e.g. 'en'"})
+    split: str | None = field(default=None, metadata={"help": "data set split (default: the adapter's)"})
+    prompt_template: str | None = field(default=None, metadata={
+        "help": "how questions become prompts: 'none' (as given), 'lmms-eval' (post prompts) or a format string "
+                "with {question} (and {context}, {options}); default: the adapter's (lmms-eval for the known "
+                "benchmarks, none for local data)"})
+    limit: int | None = field(default=None, metadata={"help": "label only the first N samples"})
+    strategies: tuple | None = field(default=None, metadata={"help": "strategy ids to run (default: all for the K grid)"})
+    k_grid: tuple | None = field(default=None, metadata={"help": "K values of transfer_<K> (default 16,32,64,128,256)"})
+    selector: str = field(default="prefix", metadata={"help": f"reasoning token selector: {', '.join(SELECTOR_NAMES)}"})
+    shard: str | None = field(default=None, metadata={"help": "I/N: label only samples whose position % N == I"})
+    resume: bool = field(default=False, metadata={"help": "finish an interrupted run with the same settings"})
+    device: str = field(default="auto", metadata={"help": f"device of both models: {DEVICE_HELP}"})
+    dtype: str | None = field(default=None, metadata={"help": "torch dtype name, e.g. bfloat16 (default: checkpoint's)"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads: 1 (default) keeps per-sample latencies stable "
+                                                      "on a shared CPU; 0 keeps torch's default (one per core)"})
+    small_reasoner: str | None = field(default=None, metadata={"help": "checkpoint (or served model: '<base_url>#<model "
+                                                                       "id>', or a model id on the small side's server) "
+                                                                       "serving the small side's reasoning mode"})
+    large_reasoner: str | None = field(default=None, metadata={"help": "the same for the large side's reasoning mode"})
+    threshold: float = field(default=0.5, metadata={"help": "a strategy is correct when its score >= this"})
+    max_new_tokens: int = field(default=32, metadata={"help": "max tokens of a short (direct) answer"})
+    max_reason_tokens: int = field(default=512, metadata={"help": "max tokens of a reasoning run"})
+    min_new_tokens: int = field(default=0, metadata={"help": "min tokens of an answer (random tiny models)"})
+    min_reason_tokens: int = field(default=0, metadata={"help": "min tokens of a reasoning run (random tiny models)"})
+    flush_every: int = field(default=8, metadata={"help": "store finished samples every N samples"})
+    cost: str | None = field(default=None, metadata={"help": "profile.json: price stages with a fitted latency model"})
+    cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
+    cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
+    concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
+                                    "when both sides are servers, else 1; local models run one sample at a time)"})
+    ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
+                      "pool, one pipeline per worker"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join, e.g. 'auto' or "
+                                    "'ray://head:10001' (default: start a local one)"})
+    num_workers: int | None = field(default=None, metadata={"help": "Ray workers (default: cluster GPUs / "
+                                    "--gpus-per-worker, else cluster CPUs)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray worker (its models run on them)"})
+
+    def __post_init__(self) -> None:
+        for name in ("small", "large", "dataset", "out"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, Path)) or not str(value).strip():
+                raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
+        from routedvlm.inference.backends.remote import parse_remote
+
+        for name in ("small", "large", "small_reasoner", "large_reasoner"):
+            parse_remote(getattr(self, name))  # a URL without '#<model id>' is refused here, before anything runs
+        if self.selector not in SELECTOR_NAMES:
+            raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
+        if not 0.0 <= float(self.threshold) <= 1.0:
+            raise ConfigError(f"The `threshold` setting must be a number in [0, 1]. Got {self.threshold!r} instead.")
+        for name in ("max_new_tokens", "max_reason_tokens", "flush_every"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"The `{name}` setting must be a positive integer. Got {getattr(self, name)!r} instead.")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"The `threads` setting must be an integer >= 0. Got {self.threads!r} instead.")
+        self._check_scale()
+        if self.limit is not None and int(self.limit) < 0:
+            raise ConfigError(f"The `limit` setting must be >= 0. Got {self.limit!r} instead.")
+        if self.prompt_template is not None:
+            from routedvlm.inference.prompts import PromptTemplate
+
+            PromptTemplate.parse(self.prompt_template)  # a bad template fails before any model loads
+        self.shard_index, self.shard_count = parse_shard(self.shard)
+        self._resolve_strategies()
+
+    def _check_scale(self) -> None:
+        if self.concurrency is None:
+            self.concurrency = REMOTE_CONCURRENCY if both_remote(self) else 1
+        if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
+            raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
+        if self.num_workers is not None and int(self.num_workers) <= 0:
+            raise ConfigError(f"The `num_workers` setting must be a positive integer. Got {self.num_workers!r} instead.")
+        if float(self.gpus_per_worker) < 0:
+            raise ConfigError(f"The `gpus_per_worker` setting must be >= 0. Got {self.gpus_per_worker!r} instead.")
+        used = [f"--{n.replace('_', '-')}" for n in ("ray_address", "num_workers") if getattr(self, n) is not None]
+        used += ["--gpus-per-worker"] if float(self.gpus_per_worker) else []
+        if used and not self.ray:
+            raise ConfigError(f"The `ray` setting is off but {', '.join(used)} was given; add --ray to label on a "
+                              "Ray cluster, or drop those flags.")
+
+    def _resolve_strategies(self) -> None:
+        grid = parse_k_grid(self.k_grid) if self.k_grid is not None else None
+        if self.strategies is None:
+            self.strategies = tuple(default_strategies(grid or DEFAULT_K_GRID))
+        else:
+            ids = self.strategies.split(",") if isinstance(self.strategies, str) else self.strategies
+            self.strategies = tuple(dict.fromkeys(parse_strategy(s.strip()).id for s in ids if s.strip()))
+            if not self.strategies:
+                raise ConfigError("The `strategies` setting must name at least one strategy id, e.g. 'large_direct'.")
+        ks = tuple(sorted(parse_strategy(s).keep_tokens for s in self.strategies
+                          if s.startswith("transfer_") and s != "transfer_all"))
+        if grid is not None and self.k_grid is not None and ks and ks != grid:
+            raise ConfigError(f"The `k_grid` setting {list(grid)} does not match the transfer_<K> strategies given "
+                              f"(K = {list(ks)}); pass only one of --k-grid and --strategies, or make them agree.")
+        self.k_grid = ks
+
+    def settings(self) -> dict:
+        """What the run computes from (compared on --resume): every field but NOT_SETTINGS, local paths absolute."""
+        out = {}
+        for f in fields(self):
+            if f.name in NOT_SETTINGS:
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost") and value:
+                p = Path(str(value)).expanduser()
+                value = str(p.resolve()) if p.exists() else str(value)
+            elif f.name == "out":
+                value = str(Path(str(value)).expanduser().resolve())
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_shard(shard) -> tuple[int, int]:
+    """'I/N' -> (I, N) with 0 <= I < N; None -> (0, 1)."""
+    if shard is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in str(shard).split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if n <= 0 or not 0 <= i < n:
+        raise ConfigError(f"The `shard` setting must be 'I/N' with 0 <= I < N, e.g. '0/4'. Got {shard!r} instead.")
+    return i, n

@@ -1,0 +1,161 @@
+"""The labelling job around the per-sample code of `samples.py`: one run per output, resume, finish.
+
+A run takes the output's lock (lock.py), removes temp files a killed write left, checks what a resume may
+continue (same settings, same latency source, same cost profile), labels the samples not yet stored (plain or
+threaded: runner.py; on Ray: ray_pool.py) and writes `--out` only once the intact parts hold every
+selected sample. `--resume` on a finished output trusts it only when it verifies and holds the selection.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from routedvlm.errors import ConfigError
+from .config import LabelConfig, both_remote
+from .parts import PartStore
+from .table import build_table, scorers_of
+from .samples import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
+from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
+
+log = logging.getLogger(__name__)
+
+
+def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
+            label_seconds: float) -> LabelSummary:
+    """Merge the intact parts into `cfg.out` once they hold every selected sample (never a partial file)."""
+    from routedvlm.errors import LabelsError
+    from .metadata import now_iso
+
+    rows = store.read_parts()
+    stored = set(rows["sample_id"].astype(str)) if len(rows) else set()
+    missing = sorted(wanted_ids - stored)
+    if missing:
+        raise LabelsError(f"{len(missing)} of the {len(wanted_ids)} selected samples are not in {store.dir} "
+                          f"(first: {missing[:3]}); rerun the same command with --resume to label them.")
+    stray = ~rows["sample_id"].isin(wanted_ids) if len(rows) else None
+    if stray is not None and stray.any():
+        log.warning("ignoring %d stored rows whose samples are no longer selected", int(stray.sum()))
+        rows = rows[~stray]
+    table = build_table(rows, cfg.strategies)
+    failed = table[table[ERROR_COLUMN].notna()]
+    meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
+            "completed_at": now_iso()}
+    _write_out(table, cfg.out, meta, store)
+    store.remove()
+    examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
+    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
+
+
+def _write_out(table, out, meta: dict, store: PartStore) -> None:
+    from routedvlm.errors import RoutedVLMError
+    from .lock import storage_error
+
+    try:
+        write_labels(table, out, meta)
+    except OSError as exc:
+        if isinstance(exc, RoutedVLMError):
+            raise
+        raise storage_error(out, exc, kept=f"Every labelled sample is kept in {store.dir}.") from None
+
+
+def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+    """`--resume` on a finished output: trusted only when it verifies and holds exactly the selected samples."""
+    from routedvlm.errors import LabelsError
+    from ..labels.schema import content_hash
+
+    df, meta = read_labels(cfg.out)
+    store.check_settings(settings, meta.get("run_settings"), str(cfg.out))
+    if meta.get("content_hash") != content_hash(df):
+        raise LabelsError(f"{cfg.out} does not match its content hash (it changed or was damaged after it was "
+                          "written) and no parts are left to rebuild it from; remove it and label again.")
+    _, keyed, _ = open_source(cfg)
+    wanted = {sid for p, sid in keyed if p % cfg.shard_count == cfg.shard_index}
+    have = set(df["sample_id"].astype(str))
+    if have != wanted:
+        raise LabelsError(f"{cfg.out} holds {len(have & wanted)} of the {len(wanted)} selected samples (and "
+                          f"{len(have - wanted)} others) and no parts are left to finish from; remove it and label "
+                          "again, or label the missing samples to another file and `routedvlm label merge` them.")
+    n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
+    log.info("%s is already complete; nothing to do", cfg.out)
+    return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
+
+
+def check_latency_source(metadata: dict, cost_meta: dict, where) -> None:
+    """Refuse to resume a run whose stored latencies mean something else (or were priced by another profile)."""
+    old, new = metadata.get("latency_source"), cost_meta.get("latency_source")
+    if old != new:
+        raise ConfigError(f"--resume: the samples stored in {where} have latency_source {old!r}, this run would "
+                          f"record {new!r} (set by --cost, --concurrency and Ray workers against servers); resume "
+                          "with the original flags so one file never mixes the two meanings, or start over.")
+    if metadata.get("cost_profile_sha256") != cost_meta.get("cost_profile_sha256"):
+        raise ConfigError(f"--resume: the --cost profile's content changed since the run that wrote {where} "
+                          "started (its sha256 differs); resume with the original profile or start over.")
+
+
+def _open_run(cfg: LabelConfig, store: PartStore, settings: dict):
+    """(manifest metadata or None, stage_ms, cost metadata) of a run about to label, after every resume check."""
+    from routedvlm.errors import LabelsError
+    from .runner import BATCHED, latency_source
+
+    manifest = store.manifest() if cfg.resume else None
+    if manifest is None and store.part_files():
+        raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
+    store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
+    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_remote(cfg)))
+    if cost_meta["latency_source"] == BATCHED:
+        log.warning("several samples in flight on the servers: latency_ms__ columns will be batched wall times "
+                    "(metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
+                    "profile.json (`routedvlm profile --model URL#ID ...` against the same servers)", BATCHED)
+    metadata = (manifest or {}).get("metadata")
+    if metadata is not None:
+        check_latency_source(metadata, cost_meta, store.dir)
+    return metadata, stage_ms, cost_meta
+
+
+def _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta) -> tuple[dict, float]:
+    """Label `todo` (plain or on Ray), writing the manifest first on a new run; (metadata, seconds)."""
+    if cfg.ray:
+        from .ray_pool import RayLabeller
+
+        with RayLabeller(cfg) as ray_run:  # the workers load the models; the first one describes them
+            if metadata is None:
+                metadata = ray_run.metadata(source, cost_meta)
+                store.write_manifest(settings, metadata)
+            return metadata, ray_run.label(store, todo)
+    from .runner import label_todo
+
+    pipe, device = load_pipeline(cfg)
+    if metadata is None:
+        metadata = build_metadata(cfg, pipe, device, source, cost_meta)
+        store.write_manifest(settings, metadata)
+    return metadata, label_todo(pipe, cfg, store, todo, load, stage_ms)
+
+
+def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+    store.clean_temp()
+    store.check_start(cfg.resume)  # again, under the lock: another run may have finished in between
+    if cfg.resume and store.out.exists() and not store.has_work():
+        return _already_done(cfg, store, settings, t0)
+    metadata, stage_ms, cost_meta = _open_run(cfg, store, settings)
+    source, keyed, load = open_source(cfg)
+    mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
+    done = store.done_ids()
+    todo = [(p, sid) for p, sid in mine if sid not in done]
+    log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
+    seconds = 0.0
+    if todo or metadata is None:
+        metadata, seconds = _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+    return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
+
+
+def run_labelling(cfg: LabelConfig) -> LabelSummary:
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring.
+    One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive."""
+    t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
+    store.check_start(cfg.resume)
+    with store.lock:
+        try:
+            return _run_locked(cfg, store, settings, t0)
+        finally:
+            if not store.has_work():
+                store.remove()  # only our lock was there: leave no empty folder behind

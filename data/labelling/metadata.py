@@ -1,0 +1,120 @@
+"""The `routedvlm` metadata of a labels file written by the labeller: models (with revisions), versions, time.
+
+A model's revision is the hub commit when the checkpoint is a hub snapshot (`.../snapshots/<commit>/` or a hub id
+found in the local cache), else `sha256:` over the names and bytes of its weight files.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import platform
+import re
+from importlib import metadata as _md
+from pathlib import Path
+
+from routedvlm.router.checkpoints import weights_hash
+
+log = logging.getLogger(__name__)
+LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _snapshot_commit(path: Path) -> str | None:
+    parts = path.resolve().parts
+    for parent, name in zip(parts, parts[1:]):
+        if parent == "snapshots" and _COMMIT.match(name):
+            return name
+    return None
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - an unknown cache layout only loses the revision
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def model_revision(name_or_path) -> str | None:
+    """The hub commit of a snapshot folder or cached hub id, else a hash of the weight files, else None."""
+    path = Path(str(name_or_path)).expanduser()
+    if not path.exists():
+        path = _hub_cache_folder(str(name_or_path))
+        if path is None:
+            return None
+    return _snapshot_commit(path) or weights_hash(path)
+
+
+def _checkpoint(name, dtype, device) -> dict:
+    return {"name": str(name), "revision": model_revision(name), "dtype": dtype, "device": device}
+
+
+def _remote(vlm) -> dict:
+    """A served model: its server URL and model id, and what the server reports (`GET /v1/models`); its revision
+    is the weights hash of the served folder when that folder is readable here (same machine), else None."""
+    from routedvlm.inference.backends.remote import served_model
+
+    served = served_model(vlm)
+    root = served.get("root")
+    revision = model_revision(root) if root and Path(root).exists() else None
+    return {"name": vlm.name, "server": vlm.client.base_url, "model_id": vlm.model_id, "served": served,
+            "revision": revision, "dtype": None, "device": "remote"}
+
+
+def _dtype_of(vlm, dtype):
+    if dtype or getattr(vlm, "model", None) is None:
+        return dtype
+    return str(vlm.model.dtype).replace("torch.", "")
+
+
+def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
+    """One side's checkpoints (or servers and model ids) and which one served which mode (direct / reason)."""
+    from routedvlm.errors import ModeUnavailableError
+
+    try:
+        reason_side = vlm.reasoning_side()
+        reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
+    except ModeUnavailableError:
+        reason = None
+    if getattr(vlm, "remote", False):
+        reasoner = _remote(vlm.reasoner) if vlm.reasoner is not None else None
+        main = _remote(vlm)
+    else:
+        reasoner = _checkpoint(reasoner_path, _dtype_of(vlm.reasoner or vlm, dtype), device) if reasoner_path else None
+        main = _checkpoint(path, _dtype_of(vlm, dtype), device)
+    return {
+        **main,
+        "reasoner": reasoner,
+        "style": vlm.style,
+        "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
+    }
+
+
+def scale_info(cfg) -> dict:
+    """How a run spreads its samples: `concurrency`, `requests_in_flight` (per model; 1 = standalone wall times),
+    `runner` ('serial', 'threads' or 'ray') and, for Ray, its address, workers and GPUs per worker."""
+    from .config import both_remote
+    from .runner import requests_in_flight
+
+    info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, both_remote(cfg)),
+            "runner": "ray" if cfg.ray else "threads" if int(cfg.concurrency) > 1 else "serial"}
+    if cfg.ray:
+        info["ray"] = {"address": cfg.ray_address, "num_workers": cfg.num_workers,
+                       "gpus_per_worker": float(cfg.gpus_per_worker)}
+    return info
+
+
+def library_versions() -> dict:
+    out = {"python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = _md.version(lib)
+        except _md.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,236 @@
+"""The labelling job: run every strategy on every sample with shared work, score it, write labels.parquet.
+
+Per sample, `CollaborativePipeline.run_many` runs all requested strategies at once (the small model reasons once,
+as far as the largest K needs; the large model's image+question prefix is prefilled once and `large_direct` and
+every `transfer_<K>` continue from it). Answers are scored with the data set's official scorer (`correct` =
+score >= threshold); latencies are composed from the stage records (`data/labelling/latency.py` says exactly how); features
+come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
+results, the code the runtime uses. The job around it (`job.py`) stores rows crash-safely (`parts.py`),
+several samples in flight (`runner.py`) or on Ray (`ray_pool.py`), and merges them into `--out`.
+The text sent to the models, and stored as `question`, is `Sample.prompt`: the question through the prompt template
+(`--prompt-template`; default the adapter's: none for local data, lmms-eval's post prompts for the known
+benchmarks), which the metadata records as `prompt_template` (the router and RoutedVLM apply the same).
+A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routedvlm.router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
+from .config import LabelConfig
+from .parts import ORDER_COLUMN
+from .table import METRIC_COLUMN
+from ..labels.schema import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
+from .latency import compose_latencies
+from ..loading import SampleSource
+
+log = logging.getLogger(__name__)
+EXECUTION_MODE = "one-stage+two-stage"
+REMOTE_MEASUREMENT = ("per-sample cache_salt namespaces: standalone calls cold; two-stage calls reuse only the "
+                      "large_direct prefix (server-reported cached tokens); one-stage transfers measured cold too "
+                      "unless a cost model prices them (inference/backends/remote_prompt.py)")
+
+
+@dataclass
+class LabelSummary:
+    """What a labelling run did."""
+
+    out: str
+    samples: int = 0
+    labelled_now: int = 0
+    errors: int = 0
+    error_examples: list = field(default_factory=list)
+    seconds: float = 0.0
+    label_seconds: float = 0.0
+
+    def line(self) -> str:
+        rate = self.labelled_now / self.label_seconds if self.label_seconds > 0 else 0.0
+        text = (f"wrote {self.samples} samples to {self.out} ({self.labelled_now} labelled in this run, "
+                f"{rate:.2f} samples/s); {self.errors} failed")
+        return text + (f": {'; '.join(self.error_examples)}" if self.error_examples else "")
+
+
+# ----- samples ------------------------------------------------------------------------------------------------
+def open_source(cfg: LabelConfig):
+    """(resolved SampleSource, [(position, sample_id)], load(position) -> Sample). Rows are decoded one at a time,
+    so a broken row fails alone (its load raises) instead of failing the whole data set."""
+    from .. import loading
+    from ..adapters import resolve_adapter, row_to_sample
+
+    source = SampleSource(cfg.dataset, cfg.dataset_config, cfg.split, cfg.adapter, cfg.limit)
+    local, base_dir, config = Path(source.dataset).expanduser(), None, source.config
+    if local.exists():
+        ds, split = loading._open_local(local, source.split)
+        adapter = resolve_adapter(source.dataset, source.adapter, config=config, columns=ds.column_names)
+        base_dir = local.parent if local.is_file() else local
+    else:
+        adapter = resolve_adapter(source.dataset, source.adapter, config=config)
+        ds, config, split = loading._open_hub(source.dataset, adapter, config, source.split)
+    missing = adapter.missing_columns(ds.column_names)
+    if missing:
+        from routedvlm.errors import DatasetError
+
+        raise DatasetError(f"Data set {source.dataset!r} lacks columns adapter {adapter.name!r} needs: {missing}; "
+                           f"found {sorted(ds.column_names)}. Pass --adapter or rename the columns.")
+    positions = loading._select(ds, adapter, split, None, source.limit)
+    id_col = adapter.column("id", ds.column_names)
+    ids = [str(v) for v in ds[id_col]] if id_col else None
+    keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
+
+    name = local.stem if adapter.name == "local" and local.exists() else adapter.name
+    template = adapter.template(cfg.prompt_template)
+
+    def load(position: int, sample_id: str):
+        sample = row_to_sample(adapter, ds[int(position)], sample_id)
+        sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.template = template
+        sample.dataset = name if adapter.name == "local" else sample.dataset
+        return sample
+
+    load.dataset_name = name  # for rows whose sample cannot be loaded
+    return SampleSource(source.dataset, config, split, adapter.name, source.limit), keyed, load
+
+
+# ----- one sample ---------------------------------------------------------------------------------------------
+def _image(sample):
+    from routedvlm.inference.inputs import load_image
+    from routedvlm.errors import InputError
+
+    if len(sample.images) != 1:
+        raise InputError(f"sample {sample.sample_id!r} has {len(sample.images)} images; the pipeline takes exactly one")
+    return load_image(sample.images[0])
+
+
+def label_sample(pipe, sample, strategies, threshold: float, stage_ms=None) -> dict:
+    """One labels row (without `label`): answers, correctness, latencies, output tokens, escalate costs, features."""
+    from routedvlm.inference.features import compute_features
+
+    image = _image(sample)
+    results = pipe.run_many(image, sample.prompt, list(strategies))
+    standalone, escalate = compose_latencies(results, stage_ms)
+    row = {}
+    for sid in strategies:
+        res = results[sid]
+        row[answer_col(sid)] = res.answer
+        row[correct_col(sid)] = bool(sample.score(res.answer) >= threshold)
+        row[latency_col(sid)] = standalone[sid]
+        row[tokens_col(sid)] = int(res.output_tokens)
+    row.update({escalate_col(k): ms for k, ms in escalate.items()})
+    stages = {s: results[s] for s in FEATURE_STAGES if s in results}
+    row.update(compute_features(sample.prompt, [image], stages))
+    return row
+
+
+def _base_row(position, sample_id, sample, source_name) -> dict:
+    return {
+        ORDER_COLUMN: int(position), "sample_id": sample_id,
+        "dataset": sample.dataset if sample else source_name,
+        "task_type": sample.task_type if sample else None,
+        "question": sample.prompt if sample else "",
+        "reference": json.dumps(sample.references if sample else []),
+        METRIC_COLUMN: sample.metric if sample else None,
+    }
+
+
+def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stage_ms) -> dict:
+    """The row of one sample; any failure (unreadable image, model error) becomes its `error` value."""
+    sample = None
+    try:
+        sample = load(position, sample_id)
+        row = {**_base_row(position, sample_id, sample, source_name),
+               **label_sample(pipe, sample, cfg.strategies, cfg.threshold, stage_ms)}
+        row[ERROR_COLUMN] = None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded per sample, the run goes on
+        log.warning("sample %s failed: %s: %s", sample_id, type(exc).__name__, exc)
+        row = {**_base_row(position, sample_id, sample, source_name), ERROR_COLUMN: f"{type(exc).__name__}: {exc}"}
+    return row
+
+
+# ----- models, metadata ---------------------------------------------------------------------------------------
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
+    """One side: a local checkpoint / hub id, or '<base_url>#<model id>' on an OpenAI-compatible server (whose
+    one-stage transfers are then also measured cold when `measure_cold`, i.e. for wall-clock latencies)."""
+    from routedvlm.inference import VLM
+    from routedvlm.inference.backends.remote import connect, is_remote
+
+    if is_remote(spec):
+        vlm = connect(spec, reasoner=reasoner)
+        vlm.measure_cold = measure_cold
+        return vlm
+    return VLM.from_pretrained(spec, device, dtype, reasoner=reasoner)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def load_pipeline(cfg: LabelConfig):
+    """(CollaborativePipeline with both models loaded, resolved device)."""
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.backends.remote import is_remote
+    from routedvlm.inference.vlm import set_threads
+
+    set_threads(cfg.threads)
+    device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
+    small = load_side(cfg.small, cfg.small_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
+    large = load_side(cfg.large, cfg.large_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
+    pipe = CollaborativePipeline(
+        small, large, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
+        max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
+    )
+    return pipe, device
+
+
+def stage_cost(cfg: LabelConfig, source: str):
+    """(stage_ms callable or None for wall clock, metadata about the latency source `source`)."""
+    if cfg.cost is None:
+        return None, {"latency_source": source}
+    from routedvlm.inference.profiling.latency_model import cost_stage_fn
+
+    return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
+                         small_path=cfg.small, large_path=cfg.large)
+
+
+def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, cost_meta: dict) -> dict:
+    """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
+    from dataclasses import asdict
+
+    from ..adapters import get_adapter
+    from .metadata import library_versions, now_iso, scale_info, side_info
+
+    models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
+                              dtype=cfg.dtype, device=device) for side in ("small", "large")}
+    remote = [side for side in ("small", "large") if getattr(getattr(pipe, side), "remote", False)]
+    extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
+    return {
+        **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
+        "prompt_template": get_adapter(source.adapter).template(cfg.prompt_template).to_dict(),
+        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
+        "torch_threads": _torch_threads(),
+        "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
+        "run_settings": cfg.settings(),
+    }
+
+
+# ----- the run ------------------------------------------------------------------------------------------------
+def run_labelling(cfg: LabelConfig) -> LabelSummary:
+    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out` (see `job.py`)."""
+    from .job import run_labelling as run
+
+    return run(cfg)

@@ -1,0 +1,25 @@
+"""routedvlm.data.labels — labels.parquet (schema version 1, DESIGN.md): columns, read/write, validation.
+
+Modules: `schema` (column names, `label`, content hash, atomic read/write), `validate` (every problem of a table or
+file at once), `cli` (`routedvlm labels validate`). Exports the names below, imported lazily, so the CLI's `--help`
+stays free of pandas: `from routedvlm.data.labels import read_labels, check_labels`.
+"""
+from __future__ import annotations
+
+import importlib
+
+_SCHEMA = (
+    "SCHEMA_VERSION", "METADATA_KEY", "NO_LABEL", "BASE_COLUMNS", "LABEL_COLUMN", "ERROR_COLUMN", "answer_col",
+    "correct_col", "latency_col", "tokens_col", "escalate_col", "is_feature_column", "classify_column",
+    "strategies_in", "k_grid_in", "feature_columns", "failed_rows", "compute_labels", "content_hash", "write_labels",
+    "labels_files", "read_labels",
+)
+_LAZY = {**{name: "schema" for name in _SCHEMA},
+         **{name: "validate" for name in ("inspect_labels", "validate_labels", "check_labels")}}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,153 @@
+"""`routedvlm serve`: RoutedVLM as an OpenAI-compatible chat-completions endpoint (FastAPI + uvicorn).
+
+Binds 127.0.0.1 unless told otherwise; with --api-key (or $ROUTEDVLM_API_KEY) every /v1 request must send
+`Authorization: Bearer <key>` (/health, /ready and /metrics need none, as with vLLM). The server listens at
+once and loads the models in the background (/ready answers 503 until they are loaded); a load failure ends
+it with exit status 2. Torch, transformers and FastAPI are imported only when serving starts.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from dataclasses import dataclass, field, fields
+
+from routedvlm.errors import ConfigError, ModelLoadError, RoutedVLMError
+
+from .protocol import Limits
+
+EPILOG = """example:
+  routedvlm serve --small ./small --large ./large --router models:/vlm-router@champion --port 8000
+  curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model": "routedvlm", "messages": [{"role": "user", "content": [{"type": "image_url",
+         "image_url": {"url": "data:image/png;base64,..."}}, {"type": "text", "text": "How many bars?"}]}]}'
+  curl -s localhost:8000/ready; curl -s localhost:8000/metrics
+"""
+THREADS_HELP = ("torch CPU threads per process; 1 (the default) gives stable per-request latencies on a shared "
+                "CPU, raise it on a dedicated machine; 0 keeps torch's default (one per core)")
+
+
+@dataclass
+class ServeConfig:
+    """Settings of `routedvlm serve` (one field per flag)."""
+
+    small: str = field(metadata={"help": "small model: checkpoint folder, hub id, or <base_url>#<model> of an "
+                                         "OpenAI-compatible server (key from $ROUTEDVLM_BACKEND_API_KEY)"})
+    large: str = field(metadata={"help": "large model: checkpoint folder, hub id, or <base_url>#<model>"})
+    router: str = field(default="models:/vlm-router@champion",
+                        metadata={"help": "router folder, models:/name@alias, 'mutual-verification' or a strategy id"})
+    fallback: str = field(default="mutual-verification", metadata={"help": "policy used when the router fails"})
+    tracking_uri: str | None = field(default=None, metadata={"help": "MLflow tracking URI for models:/ routers"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to bind (loopback by default)"})
+    port: int = field(default=8000, metadata={"help": "TCP port"})
+    api_key: str | None = field(default=None, metadata={"help": "require 'Authorization: Bearer KEY' (default $ROUTEDVLM_API_KEY)"})
+    served_model_name: str = field(default="routedvlm", metadata={"help": "model id of the routed model"})
+    max_images: int = field(default=1, metadata={"help": "max images per request"})
+    max_image_pixels: int = field(default=4096 * 4096, metadata={"help": "max width*height per image"})
+    max_text_chars: int = field(default=20_000, metadata={"help": "max characters of text per request"})
+    max_body_bytes: int = field(default=Limits.max_body_bytes, metadata={
+        "help": "max bytes of a request body (413 beyond, refused before it is read in full)"})
+    device: str = field(default="auto", metadata={"help": "torch device of both models: 'auto' (cuda when available, "
+                                                           "else cpu), 'cpu', 'cuda', 'cuda:1', ..."})
+    threads: int = field(default=1, metadata={"help": THREADS_HELP})
+    dtype: str | None = field(default=None, metadata={"help": "torch dtype, e.g. bfloat16"})
+    selector: str = field(default="prefix", metadata={"help": "reasoning-token selector: prefix, suffix or attention"})
+    max_direct_tokens: int = field(default=32, metadata={"help": "max new tokens of a short answer"})
+    max_reason_tokens: int = field(default=512, metadata={"help": "max new tokens of a reasoning run"})
+    min_new_tokens: int = field(default=0, metadata={"help": "min new tokens of an answer (tiny random test models)"})
+    min_reason_tokens: int = field(default=0, metadata={"help": "min new tokens of a reasoning run"})
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+
+    def __post_init__(self):
+        for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
+                     "max_reason_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0 or (name == "port" and v > 65535):
+                raise ConfigError(f"The `--{name.replace('_', '-')}` flag must be a positive integer"
+                                  f"{' <= 65535' if name == 'port' else ''}. Got {v!r} instead.")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {self.threads!r} instead.")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"The `--log-level` flag must be 'debug', 'error', 'info' or 'warning'. Got {self.log_level!r}.")
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_images=self.max_images, max_image_pixels=self.max_image_pixels, max_text_chars=self.max_text_chars,
+                      max_body_bytes=self.max_body_bytes)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="routedvlm serve", description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(ServeConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = int if f.type in ("int", int) else str
+        required = f.name in ("small", "large")
+        default = None if required else f.default
+        shown = f" (default: {default})" if default is not None else ""
+        parser.add_argument(flag, type=kind, required=required, default=default,
+                            help=(f.metadata["help"] + shown).replace("%", "%%"))
+    return parser
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _loader(cfg: ServeConfig):
+    def load():
+        from ..routed import RoutedVLM
+        from ..vlm import set_threads
+
+        threads = set_threads(cfg.threads)
+        routed = RoutedVLM.from_pretrained(
+            cfg.small, cfg.large, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
+            max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
+            min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
+        )
+        if routed.router is None:
+            print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "
+                  f"{routed.fallback.policy.router_type!r}", file=sys.stderr)
+        print(f"routedvlm ready: {cfg.served_model_name!r} (router {routed.active_router.policy.router_type}, device "
+              f"{routed.pipeline.large.device}, {threads} torch thread(s))", file=sys.stderr, flush=True)
+        return routed
+
+    return load
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    cfg = ServeConfig(**args)
+    cfg.api_key = cfg.api_key or os.environ.get("ROUTEDVLM_API_KEY") or None
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not _is_loopback(cfg.host):
+        print(f"warning: binding {cfg.host} exposes the server beyond this machine"
+              f"{'' if cfg.api_key else ' WITHOUT an API key (pass --api-key)'}", file=sys.stderr)
+    import uvicorn
+
+    from .server import create_app
+
+    server = None
+
+    def stop(exc):
+        server.should_exit = True
+
+    app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, api_key=cfg.api_key,
+                     limits=cfg.limits, min_new_tokens=cfg.min_new_tokens)
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level))
+    print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
+          "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)
+    server.run()
+    error = app.state.serving.error
+    if error is not None:
+        if isinstance(error, RoutedVLMError):
+            raise error
+        raise ModelLoadError(f"Loading the models or the router failed: {type(error).__name__}: {error}") from error
+    return 0

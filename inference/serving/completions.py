@@ -1,0 +1,163 @@
+"""Response bodies of `routedvlm serve`: chat completions of the routed and the plain models, and stream chunks.
+
+The routed model's usage is its final answer call's (see final_answer.py); its route is in the headers
+`x-routedvlm-strategy` / `x-routedvlm-keep-tokens` and in the field `routedvlm` (of the completion, or of the
+stream's last choice chunk). The plain models ("small", "large") answer with one side alone (thinking per
+`chat_template_kwargs.enable_thinking`, `max_tokens`, `logprobs`, `top_logprobs`, `min_tokens`, vLLM's
+`continue_final_message`), so the server doubles as a stand-in vLLM-like server for the OpenAI backend.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from ..final_answer import usage as make_usage
+from .protocol import APIError, ChatRequest, check_context
+from ..vlm import THINK_OPEN
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def completion(model: str, content, reasoning=None, *, finish="stop", logprobs=None, usage=None, extra=None) -> dict:
+    message = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    out = {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
+           "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
+           "usage": usage or make_usage(0, 0)}
+    return out | (extra or {})
+
+
+def route_headers(strategy: str, keep_tokens) -> dict:
+    return {"x-routedvlm-strategy": strategy, "x-routedvlm-keep-tokens": "" if keep_tokens is None else str(keep_tokens)}
+
+
+def route_info(out) -> dict:
+    return {"strategy": out.strategy, "keep_tokens": out.keep_tokens, "p_correct": out.p_correct,
+            "fallback": out.fallback, "trace": out.trace}
+
+
+def routed_completion(out, model: str) -> tuple[dict, dict]:
+    """(body, headers) of a routed request's RoutedOutput."""
+    body = completion(model, out.text, finish=out.finish_reason, usage=out.usage, extra={"routedvlm": route_info(out)})
+    return body, route_headers(out.strategy, out.keep_tokens)
+
+
+class Chunks:
+    """`chat.completion.chunk` events of one streamed completion, as SSE `data:` lines."""
+
+    def __init__(self, model: str, include_usage: bool):
+        self.id, self.created, self.model, self.include_usage = completion_id(), int(time.time()), model, include_usage
+
+    def _event(self, choices: list, **extra) -> bytes:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": choices, **({"usage": None} if self.include_usage else {}), **extra}
+        return f"data: {json.dumps(body)}\n\n".encode()
+
+    def delta(self, delta: dict, finish=None, **extra) -> bytes:
+        return self._event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra)
+
+    def end(self, finish: str, usage: dict, info: dict | None = None) -> bytes:
+        """The last choice chunk (finish reason, the route in `routedvlm`), the usage chunk if asked, [DONE]."""
+        out = self.delta({}, finish, **({"routedvlm": info} if info is not None else {}))
+        if self.include_usage:
+            body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                    "choices": [], "usage": usage}
+            out += f"data: {json.dumps(body)}\n\n".encode()
+        return out + b"data: [DONE]\n\n"
+
+    @staticmethod
+    def error(exc: APIError) -> bytes:
+        return f"data: {json.dumps(exc.body())}\n\ndata: [DONE]\n\n".encode()
+
+
+def context_of(vlm) -> int | None:
+    """A local model's context length (its position limit); None when unknown or remote."""
+    config = getattr(getattr(vlm, "model", None), "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "max_position_embeddings", None)
+
+
+def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dict, dict]:
+    """(body, headers) of a request to the plain model `req.model` ("small" or "large")."""
+    from ..generation import timed_generate
+    from ..inputs import from_messages
+    from ..stages import record
+
+    vlm = getattr(routed.pipeline, req.model)
+    if getattr(vlm, "remote", False):
+        raise APIError(400, f"The {req.model!r} model of this server is itself served by {vlm.client.base_url}; "
+                            "query that server directly.", param="model", code="model_is_remote")
+    messages, partial = req.messages, None
+    if req.continue_final_message:
+        last = messages[-1]
+        if last["role"] != "assistant" or any(p["type"] != "text" for p in last["content"]):
+            raise APIError(400, "continue_final_message needs a final assistant message with text only.",
+                           param="messages", code="invalid_content")
+        messages, partial = messages[:-1], "".join(p["text"] for p in last["content"])
+    request = from_messages(messages)
+    think = req.enable_thinking is not False  # like a hybrid template, thinking is on unless switched off
+    side = (vlm.reasoner or vlm) if think else vlm
+    mode = "reason" if think and side.style != "never" else "direct"
+    text = _prompt_text(side, request, mode, partial)
+    cfg = routed.pipeline.config
+    max_tokens = req.max_tokens or (cfg.max_reason_tokens if mode == "reason" and partial is None else cfg.max_direct_tokens)
+    with routed.lock:  # one model call at a time; a fast tokenizer is not safe to share across threads either
+        inputs = side.encode(request.image, text)
+        check_context(req.model, context_of(side), int(inputs["input_ids"].shape[1]), max_tokens)
+        gen = timed_generate(side.model, inputs, max_new_tokens=max_tokens,
+                             min_new_tokens=min(min_new_tokens if req.min_tokens is None else req.min_tokens, max_tokens))
+    content, reasoning = _split(side, gen.token_ids, mode == "reason" and partial is None)
+    finish = "stop" if gen.token_ids and gen.token_ids[-1] in set(side._eos_ids()) else "length"
+    logprobs = _logprobs(side, gen, req.top_logprobs) if req.logprobs else None
+    rec = record(f"{req.model}_{mode}", req.model, side, side.mode_name(mode), gen)
+    use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
+    return completion(req.model, content, reasoning, finish=finish, logprobs=logprobs, usage=use,
+                      extra={"routedvlm": {"trace": [rec]}}), {}
+
+
+def _prompt_text(side, request, mode: str, partial: str | None) -> str:
+    text = side.render(request.messages(), mode)
+    if partial is not None:
+        if partial.startswith(THINK_OPEN):
+            stripped = text.rstrip()
+            text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
+        text += partial
+    return text
+
+
+def _split(side, ids, reasoning_mode: bool):
+    """(content, reasoning_content): like vLLM's reasoning parser, content is None while still reasoning."""
+    if not reasoning_mode:
+        return side.clean_answer(ids), None
+    _, reasoning, answer = side.split_reasoning(ids)
+    return answer, reasoning
+
+
+def _token(side, tid) -> dict:
+    text = side.tokenizer.decode([int(tid)])
+    return {"token": text, "bytes": list(text.encode("utf-8"))}
+
+
+def _logprobs(side, gen, top: int) -> dict:
+    """OpenAI `logprobs.content` for every generated token. `top_logprobs` holds the top alternatives for the
+    FIRST token only (from its full logits); later tokens list just the chosen token."""
+    import torch
+
+    content = []
+    for i, (tid, lp) in enumerate(zip(gen.token_ids, gen.token_logprobs)):
+        entry = {**_token(side, tid), "logprob": float(lp), "top_logprobs": []}
+        if top:
+            if i == 0 and gen.first_logits is not None:
+                logp = torch.log_softmax(gen.first_logits[0].float(), dim=-1)
+                vals, idx = logp.topk(min(top, logp.shape[-1]))
+                entry["top_logprobs"] = [{**_token(side, j), "logprob": float(v)} for v, j in zip(vals.tolist(), idx.tolist())]
+            else:
+                entry["top_logprobs"] = [{**_token(side, tid), "logprob": float(lp)}]
+        content.append(entry)
+    return {"content": content}

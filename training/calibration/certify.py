@@ -1,0 +1,258 @@
+"""Certified calibration (Learn-then-Test): the member of the rule family (rule_family.py) that meets the target
+with a finite-sample guarantee at the least mean latency on the calibration rows.
+
+The certified loss is 0/1 per row; its mean is the risk, limited to `alpha`:
+- target `accuracy` f (a fraction of the best single strategy's): the reference is the candidate most accurate on
+  the training rows (normally large_reason); loss = 1[reference right and chosen wrong] (the regret); alpha = (1 - f)
+  x the reference's training accuracy. Certified: accuracy >= accuracy(reference) - alpha (the policy is right
+  wherever the reference is, except on regret rows; rows it gets right and the reference wrong count for nothing).
+- target `min_accuracy` a: loss = 1[chosen wrong], alpha = 1 - a. Certified: accuracy >= a.
+- target `latency_ms` L: not certified; the most accurate member whose calibration mean latency is <= L.
+One null "risk > alpha" per member, p-value P(Binomial(n, alpha) <= losses) (ltt.py); fixed-sequence testing in each
+chain at level delta / (number of chains), Bonferroni over the chains: with probability >= 1 - delta over the
+calibration draw every certified member has risk <= alpha on new traffic from the same distribution (i.i.d.;
+nothing per request, nothing under shift). The least mean calibration latency wins among the certified (ties: lower
+risk, then the simpler rule: baselines, binary, tau, lagrangian). "Always the reference" has regret 0 by
+construction: certified without a test. When nothing else is certified the calibration is infeasible: always the
+reference, and `rows_needed` says about how many calibration rows would certify the most promising member at its
+observed risk.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.router.decision import strategy_order
+from routedvlm.router.decision_rules import fixed_rule
+from routedvlm.errors import ConfigError
+
+from . import ltt
+from .rule_family import CHAINS, Member, Scorer, baseline_members, model_chains
+
+log = logging.getLogger(__name__)
+DEFAULT_DELTA = 0.1
+METHOD = "learn-then-test: exact binomial p-values, fixed-sequence testing per rule chain, Bonferroni over chains"
+
+
+@dataclass
+class RiskSpec:
+    """What is certified: `kind` 'regret' (vs `reference`), 'error', or 'none' (latency budgets), at limit `alpha`."""
+
+    kind: str
+    alpha: float | None
+    reference: str
+    reference_train_accuracy: float
+
+    def losses(self, df: pd.DataFrame, correct: np.ndarray) -> np.ndarray:
+        if self.kind == "regret":
+            return df[f"correct__{self.reference}"].to_numpy(dtype=bool) & ~correct
+        return ~np.asarray(correct, dtype=bool)
+
+    @property
+    def loss_text(self) -> str:
+        if self.kind == "regret":
+            return f"regret vs {self.reference}: 1[{self.reference} right and chosen wrong]"
+        return "error: 1[chosen wrong]" if self.kind == "error" else "none (latency budgets are not certified)"
+
+    def is_trivial(self, member: Member) -> bool:
+        """'Always the reference' under a regret loss: loss 0 on every row, by construction."""
+        return self.kind == "regret" and member.rule == fixed_rule(self.reference)
+
+
+def risk_spec(target: dict, train: pd.DataFrame, candidates) -> RiskSpec:
+    """The certified loss and its limit for `target` (module docstring); the reference comes from `train`."""
+    accs = {s: float(train[f"correct__{s}"].mean()) for s in candidates}
+    ref = max(sorted(candidates, key=strategy_order, reverse=True), key=lambda s: accs[s])  # ties: the costlier kind
+    kind, value = target["kind"], float(target["value"])
+    if kind == "accuracy":
+        return RiskSpec("regret", (1.0 - value) * accs[ref], ref, accs[ref])
+    if kind == "min_accuracy":
+        return RiskSpec("error", 1.0 - value, ref, accs[ref])
+    return RiskSpec("none", None, ref, accs[ref])
+
+
+@dataclass
+class Scored:
+    """A member's numbers on the calibration rows and its test result."""
+
+    member: Member
+    accuracy: float
+    mean_latency_ms: float
+    losses: int
+    n: int
+    p_value: float | None = None
+    certified: bool = False
+
+    @property
+    def risk(self) -> float:
+        return self.losses / self.n if self.n else float("nan")
+
+    def to_dict(self) -> dict:
+        return {**self.member.to_dict(), "accuracy": self.accuracy, "mean_latency_ms": self.mean_latency_ms,
+                "losses": self.losses, "risk": self.risk, "p_value": self.p_value, "certified": self.certified}
+
+
+@dataclass
+class Calibration:
+    """The outcome of `certify`: the chosen member, every member's numbers per chain, and the certificate."""
+
+    target: dict
+    spec: RiskSpec
+    delta: float | None
+    n: int
+    level: float | None
+    chains: dict = field(default_factory=dict)  # chain -> [Scored], in test order
+    chosen: Scored | None = None
+    feasible: bool = False
+    rows_needed: int | None = None
+    needed_for: str | None = None
+    router_mode: tuple = ("", ())  # the mode and paid stages the router's model was trained for
+
+    def best(self, chain: str) -> Scored | None:
+        """The chain's least-latency certified member (latency targets: its pick within the budget)."""
+        pool = [s for s in self.chains.get(chain, []) if s.certified]
+        return min(pool, key=_rank) if pool else None
+
+    def statement(self) -> str:
+        """The sentence a user can rely on, or why there is none."""
+        s, c = self.spec, self.chosen
+        if s.kind == "none":
+            return (f"latency budget {self.target['value']:g} ms: {c.member.name} has mean latency "
+                    f"{c.mean_latency_ms:.1f} ms on the {self.n} calibration rows (not certified)")
+        claim = (f"accuracy >= accuracy({s.reference}) - {s.alpha:.4f}" if s.kind == "regret"
+                 else f"accuracy >= {1 - s.alpha:.4f}")
+        if not self.feasible:
+            more = (f"about {self.rows_needed} are needed ({self.needed_for} at its observed risk)" if self.rows_needed
+                    else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
+            return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
+                    f"{more}. Falling back to always {s.reference}.")
+        return (f"with probability >= {1 - self.delta:.4g} over the calibration draw, on new traffic from the same "
+                f"distribution: {claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; observed "
+                f"{c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+
+    def certificate(self) -> dict:
+        """What policy.json records (`certificate`)."""
+        s, c = self.spec, self.chosen
+        bound = None if s.kind == "none" else (s.alpha if s.kind == "regret" else 1 - s.alpha)
+        meaning = {"regret": f"accuracy >= accuracy({s.reference}) - bound", "error": "accuracy >= bound",
+                   "none": "no bound"}[s.kind]
+        return {"delta": self.delta, "n": self.n, "bound": bound, "bound_meaning": meaning,
+                "method": METHOD if s.kind != "none" else "empirical (latency budgets are not certified)",
+                "loss": s.loss_text, "risk_limit": s.alpha, "reference": s.reference,
+                "reference_train_accuracy": s.reference_train_accuracy, "level_per_chain": self.level,
+                "chains": [k for k in CHAINS if k in self.chains], "chosen": c.member.name,
+                "router_mode": self.router_mode[0], "router_paid_stages": list(self.router_mode[1]),
+                "risk_observed": c.risk, "losses": c.losses, "p_value": c.p_value, "certified": bool(c.certified),
+                "feasible": bool(self.feasible), "rows_needed": self.rows_needed, "statement": self.statement()}
+
+    def to_dict(self) -> dict:
+        return {"certificate": self.certificate(), "chosen": self.chosen.to_dict(),
+                "best_per_chain": {k: (b.to_dict() if (b := self.best(k)) else None) for k in self.chains},
+                # the fields of the old tau OperatingPoint, for the summary metrics
+                "param": self.chosen.member.rule.get("param"), "accuracy": self.chosen.accuracy,
+                "mean_latency_ms": self.chosen.mean_latency_ms, "n": self.n}
+
+
+TIE_ORDER = ("baselines", "binary", "tau", "lagrangian")  # equal latency and risk: the simpler rule
+
+
+def _rank(s: Scored) -> tuple:
+    return (s.mean_latency_ms, s.losses, TIE_ORDER.index(s.member.chain))
+
+
+def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, list[Member]]:
+    """Every chain of the family for `router`; the baselines ordered by their loss on the training rows."""
+    from ..costs import label_strategies
+
+    chains = model_chains(router.policy, label_strategies(train))
+    scorer = Scorer(router, train)
+    keyed = []
+    for m in baseline_members(train, router.policy.strategies):
+        correct, latency, _ = scorer.score(m)
+        keyed.append((0 if spec.is_trivial(m) else 1, spec.losses(scorer.df, correct).mean(), -latency.mean(), m))
+    chains["baselines"] = [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
+    return chains
+
+
+def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delta: float = DEFAULT_DELTA, *,
+            proba: pd.DataFrame | None = None, model_cost_ms=0.0) -> Calibration:
+    """Calibrate `router`'s rule on `calib` to `target` (module docstring). `proba`: its P(correct) on `calib`
+    (computed when None); `model_cost_ms`: added to the latency of members that read the model (a probe's pass)."""
+    if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
+        raise ConfigError(f"The `delta` parameter must be in (0, 1). Got {delta!r} instead.")
+    spec = risk_spec(target, train, router.policy.strategies)
+    chains = ordered_chains(router, train, spec)
+    scorer, n = Scorer(router, calib, proba, model_cost_ms), len(calib)
+    scored = {}
+    for name, members in chains.items():
+        rows = []
+        for m in members:
+            correct, latency, _ = scorer.score(m)
+            rows.append(Scored(m, float(correct.mean()), float(latency.mean()),
+                               int(spec.losses(scorer.df, correct).sum()), n))
+        scored[name] = rows
+    mode = (router.policy.mode, tuple(router.policy.paid_stages))
+    if spec.kind == "none":
+        cal = _pick_within_budget(target, spec, scored, n)
+        cal.router_mode = mode
+        return cal
+    level = delta / len(scored)
+    for rows in scored.values():
+        p = [0.0 if spec.is_trivial(s.member) else float(ltt.binomial_p_value(s.losses, n, spec.alpha)) for s in rows]
+        for i, s in enumerate(rows):
+            s.p_value = p[i]
+        for i in ltt.fixed_sequence(p, level):
+            rows[i].certified = True
+    return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode))
+
+
+def _choose(cal: Calibration) -> Calibration:
+    every = [s for rows in cal.chains.values() for s in rows]
+    certified = [s for s in every if s.certified]
+    cal.feasible = any(not cal.spec.is_trivial(s.member) for s in certified)
+    if cal.feasible:
+        cal.chosen = min(certified, key=_rank)
+        return cal
+    ref = fixed_rule(cal.spec.reference)
+    cal.chosen = next(s for s in every if s.member.rule == ref)
+    promising = [s for s in every if not cal.spec.is_trivial(s.member) and s.risk < cal.spec.alpha]
+    if promising:
+        half = [s for s in promising if s.risk <= cal.spec.alpha / 2]
+        best = min(half, key=_rank) if half else min(promising, key=lambda s: (s.risk, s.mean_latency_ms))
+        cal.rows_needed, cal.needed_for = ltt.rows_needed(best.risk, cal.spec.alpha, cal.level), best.member.name
+    log.warning("%s", cal.statement())
+    return cal
+
+
+def _pick_within_budget(target: dict, spec: RiskSpec, scored: dict, n: int) -> Calibration:
+    budget = float(target["value"])
+    cal = Calibration(target, spec, None, n, None, scored)
+    every = [s for rows in scored.values() for s in rows]
+    for s in every:
+        s.certified = s.mean_latency_ms <= budget
+    within = [s for s in every if s.certified]
+    cal.feasible = bool(within)
+    cal.chosen = (min(within, key=lambda s: (-s.accuracy, s.mean_latency_ms, TIE_ORDER.index(s.member.chain)))
+                  if within else min(every, key=lambda s: (s.mean_latency_ms, -s.accuracy)))
+    if not within:
+        log.warning("no rule meets the latency budget %g ms on the calibration rows; using the fastest, %s (%.1f ms)",
+                    budget, cal.chosen.member.name, cal.chosen.mean_latency_ms)
+    return cal
+
+
+def apply_to_policy(policy, cal: Calibration) -> None:
+    """Write the chosen rule, its mode and paid stages, the target and the certificate into `policy`."""
+    m = cal.chosen.member
+    policy.mode, policy.paid_stages = m.mode, list(m.paid_stages)
+    if m.rule["name"] == "tau":
+        policy.rule, policy.tau = {"name": "tau"}, float(m.rule["param"])
+    else:
+        policy.rule = dict(m.rule)
+    policy.target = dict(cal.target)
+    policy.certificate = cal.certificate()
+    problems = policy.problems()
+    if problems:  # a member the router cannot run is a bug in rule_family, not a user error
+        raise AssertionError(f"calibrated policy is invalid: {problems}")

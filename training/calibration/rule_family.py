@@ -1,0 +1,134 @@
+"""The members of the decision-rule family a router can express, as chains for fixed-sequence testing.
+
+Each chain is ordered conservative -> aggressive and fixed before any calibration row is seen (training/calibration/certify.py):
+- `tau`: the tau-rule at tau = 1, 0.995, ..., 0 (`TAU_GRID`), in the router's mode;
+- `lagrangian`: argmax P - lambda * cost at lambda * c_max = 0, then 1e-3 ... 10 geometrically (`LAMBDA_GRID`;
+  c_max = the largest expected cost), in the router's mode;
+- `binary`: accept `large_direct` when P(large_direct) >= theta, else `large_reason` (the fallback when
+  large_reason is not labelled), theta = 1 ... 0, in the router's mode (a cascade pays large_direct first);
+- `baselines`: the members without a parameter or a model: mutual verification at every candidate K (cascade,
+  both direct stages paid; the direct answers must be labelled) and every candidate strategy alone (one-shot),
+  ordered by their loss on the training rows (an honest estimate: they use no model), lowest first.
+Works for any router that gives P(correct) per candidate strategy per row (`Router.predict_proba`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.router.decision_rules import (AGREE_FEATURE, apply_rule_arrays, binary_rule, describe, fixed_rule, lagrangian_rule,
+                                              mutual_verification_rule, rule_stages, tau_rule, uses_model)
+from routedvlm.router.strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, parse_strategy
+
+from ..costs import Outcomes, label_strategies
+
+TAU_GRID = np.round(np.linspace(1.0, 0.0, 201), 6)
+THETA_GRID = TAU_GRID
+LAMBDA_GRID = np.concatenate([[0.0], np.geomspace(1e-3, 10.0, 121)])  # x c_max: lambda in accuracy per ms
+CHAINS = ("tau", "lagrangian", "binary", "baselines")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One rule of the family with the mode it runs in."""
+
+    rule: dict
+    chain: str
+    mode: str
+    paid_stages: tuple
+
+    @property
+    def name(self) -> str:
+        return describe(self.rule)
+
+    def to_dict(self) -> dict:
+        return {"rule": dict(self.rule), "chain": self.chain, "mode": self.mode, "paid_stages": list(self.paid_stages),
+                "name": self.name}
+
+
+def model_chains(policy, present: list[str], mode: str | None = None, paid=None) -> dict[str, list[Member]]:
+    """The tau, lagrangian and binary chains of a router with `policy` (in `mode` with `paid` stages, default the
+    policy's), given the strategies the labels hold."""
+    mode, paid = mode or policy.mode, tuple(policy.paid_stages if paid is None else paid)
+    c_max = max([float(v) for v in policy.expected_cost_ms.values()] + [1e-9])
+    out = {"tau": [Member(tau_rule(t), "tau", mode, paid) for t in TAU_GRID],
+           "lagrangian": [Member(lagrangian_rule(x / c_max), "lagrangian", mode, paid) for x in LAMBDA_GRID]}
+    escalate = LARGE_REASON if LARGE_REASON in present else policy.fallback
+    if LARGE_DIRECT in policy.strategies and escalate != LARGE_DIRECT:
+        out["binary"] = [Member(binary_rule(t, escalate), "binary", mode, paid) for t in THETA_GRID]
+    return out
+
+
+def baseline_members(df: pd.DataFrame, candidates=None) -> list[Member]:
+    """Mutual verification at every K of the labels (when both direct answers are labelled) and every single
+    strategy (one-shot), unordered; only strategies among `candidates` (default: every labelled one) are used."""
+    present = [s for s in label_strategies(df) if candidates is None or s in candidates]
+    out = []
+    if {LARGE_DIRECT, SMALL_DIRECT} <= set(present):
+        for s in present:
+            st = parse_strategy(s)
+            if st.is_transfer:
+                rule = mutual_verification_rule(st.keep_tokens)
+                out.append(Member(rule, "baselines", "cascade", tuple(rule_stages(rule))))
+    out += [Member(fixed_rule(s), "baselines", "one-shot", ()) for s in present]
+    return out
+
+
+def with_agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the agreement feature, computed from the two direct answers when the labels lack it."""
+    if AGREE_FEATURE in df.columns or f"answer__{SMALL_DIRECT}" not in df.columns:
+        return df
+    norm = lambda c: df[c].astype(str).str.strip().str.lower().to_numpy()  # noqa: E731
+    return df.assign(**{AGREE_FEATURE: (norm(f"answer__{LARGE_DIRECT}") == norm(f"answer__{SMALL_DIRECT}")).astype(float)})
+
+
+class Scorer:
+    """(correct, latency, chosen) of any member on the rows of `df`, with P(correct) computed once (`proba`).
+    `model_cost_ms` (per row, or a number) is added to the latency of members that read the model. `router` may
+    be None when only members without a model are scored."""
+
+    def __init__(self, router, df: pd.DataFrame, proba: pd.DataFrame | None = None, model_cost_ms=0.0):
+        self.router, self.df = router, with_agreement(df)
+        self.proba = proba
+        self.model_cost_ms = model_cost_ms
+        self.strategies = label_strategies(self.df)
+        self._outcomes: dict = {}
+        self._matrix = self._columns = None
+
+    def _proba(self):
+        if self.proba is None:
+            self.proba = self.router.predict_proba(self.router._inputs(self.df))
+        return self.proba
+
+    def outcomes(self, mode: str, paid) -> Outcomes:
+        key = (mode, tuple(paid))
+        if key not in self._outcomes:
+            self._outcomes[key] = Outcomes(self.df, self.strategies, mode, list(paid))
+        return self._outcomes[key]
+
+    def _arrays(self):
+        """P(correct) in the router's cost order (the tau and lagrangian rules' matrix), and per column."""
+        if self._matrix is None:
+            order = self.router._cost_order()
+            self._matrix = (self._proba()[order].to_numpy(dtype=float), order)
+            self._columns = {s: self._proba()[s].to_numpy(dtype=float) for s in self._proba().columns}
+        return self._matrix
+
+    def chosen(self, rule: dict) -> np.ndarray:
+        """The strategy `rule` picks on every row: the runtime's rule code (`apply_rule_arrays`) on cached arrays."""
+        n = len(self.df)
+        if not uses_model(rule):  # no model, no router needed (fixed rules and mutual verification)
+            agree = self.df[AGREE_FEATURE].to_numpy(dtype=float) if rule["name"] == "mutual-verification" else None
+            return apply_rule_arrays(rule, n, None, None, agree, [], {}, LARGE_REASON)
+        matrix, order = self._arrays()
+        accept = self._columns[rule["accept"]] if rule["name"] == "binary" else None
+        p = self.router.policy
+        return apply_rule_arrays(rule, n, matrix, accept, None, order, self.router._costs, p.fallback)
+
+    def score(self, member: Member) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        model = uses_model(member.rule)
+        chosen = self.chosen(member.rule)
+        correct, latency = self.outcomes(member.mode, member.paid_stages).of(chosen)
+        return correct, latency + (self.model_cost_ms if model else 0.0), chosen

@@ -1,0 +1,124 @@
+"""The demo's router choice: train every router type named (`lightgbm`, `lora-probe`) in both modes on the demo
+labels, log and register them all, and promote the one with the best certified utility to `champion`.
+
+Each router is certified at delta / (number of routers), so the champion's guarantee holds at delta whichever of
+them wins (Bonferroni over the routers). Certified utility: the router's test utility (training/evaluate.py) when
+its calibration was feasible, else -inf (an uncertified router never becomes champion).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routedvlm.errors import ConfigError, RouterError, one_of
+
+ROUTER_TYPES = ("lightgbm", "lora-probe")
+MODES = (("cascade", True), ("one-shot", False))  # (mode, with_small_direct): the probe shares small_direct's prefill
+
+
+def parse_routers(text: str) -> list[str]:
+    """'lightgbm,lora-probe' -> ['lightgbm', 'lora-probe'] (ConfigError for unknown names)."""
+    names = [t.strip() for t in str(text).split(",") if t.strip()]
+    bad = [n for n in names if n not in ROUTER_TYPES]
+    if bad or not names:
+        raise ConfigError(f"The `routers` setting must list router types from {one_of(ROUTER_TYPES)}, comma-separated. "
+                          f"Got {text!r} instead.")
+    return list(dict.fromkeys(names))
+
+
+@dataclass
+class Trained:
+    """One trained router: its name ('lightgbm cascade', ...), config, TrainResult and registration."""
+
+    name: str
+    config: object
+    result: object
+    info: dict = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.result.evaluation["certificate"]["feasible"])
+
+    @property
+    def certified_utility(self) -> float:
+        return float(self.result.evaluation["utility"]) if self.feasible else -math.inf
+
+
+def train_all(cfg, labels_path: Path, say) -> list[Trained]:
+    """Train each router type of `cfg.routers` in both modes; MLflow is left to `register_all`."""
+    from ..config import TrainConfig
+    from ..labels_io import load_labels
+    from ..pipeline import train_router
+    from ..probe.lora_probe import train_probe
+
+    kinds = parse_routers(cfg.routers)
+    labels, metadata = load_labels(str(labels_path))
+    n = len(kinds) * len(MODES)
+    out = []
+    for kind in kinds:
+        for mode, with_small in MODES:
+            name = f"{kind} {mode}"
+            tc = TrainConfig(data=str(labels_path), router=kind, mode=mode, with_small_direct=with_small and kind == "lora-probe",
+                             output_dir=str(Path(cfg.out) / "train" / name.replace(" ", "-")),
+                             tracking_uri=cfg.tracking_uri, register_as=cfg.register_as, experiment="routedvlm-demo",
+                             seed=cfg.seed, target_accuracy=cfg.target_accuracy,
+                             min_accuracy=cfg.min_accuracy, delta=cfg.delta / n,
+                             allow_constant_features=True, calib_fraction=cfg.split_share, test_fraction=cfg.split_share)
+            result = (train_probe if kind == "lora-probe" else train_router)(tc, labels, metadata)
+            t = Trained(name, tc, result)
+            ev = result.evaluation
+            say(f"{name}: {ev['certificate']['chosen']}, on its test split {ev['rows'][-1]['verdict']} "
+                f"({'certified' if t.feasible else 'NOT certified'} at delta {tc.delta:g})")
+            out.append(t)
+    return out
+
+
+def register_all(trained: list[Trained], labels_path: Path, say) -> Trained:
+    """Log and register every router; the best certified utility is promoted to champion last. RouterError when
+    none is certified (no champion)."""
+    from dataclasses import replace
+
+    from ..labels_io import load_labels
+    from ..tracking import track
+
+    best = max(trained, key=lambda t: t.certified_utility)
+    if not best.feasible:
+        raise RouterError("No router certified the target: " + trained[0].result.evaluation["certificate"]["statement"]
+                          + " Use a lower --target-accuracy or more --n-label samples.")
+    labels, _ = load_labels(str(labels_path))
+    for t in [t for t in trained if t is not best] + [best]:
+        t.info = track(replace(t.config, promote=t is best), t.result, labels)
+        say(f"registered {t.name} as {t.info['registered_as']} version {t.info['version']}: "
+            f"{'champion' if t.info['champion'] else 'not champion'} ({t.info['champion_reason']})")
+    return best
+
+
+def summary_rows(trained: list[Trained]) -> str:
+    """One line per router: chosen rule, its test verdict, certified utility."""
+    lines = []
+    for t in trained:
+        ev = t.result.evaluation
+        u = t.certified_utility
+        lines.append(f"  {t.name:<20} {ev['certificate']['chosen']:<46} test: {ev['rows'][-1]['verdict']:<28} "
+                     f"certified utility {'-' if u == -math.inf else f'{u:.2f}'}")
+    return "\n".join(lines)
+
+
+def binary_router(trained: list, best):
+    """(router, its Trained) for the binary accept-or-reason rule at its certified threshold, on a LightGBM
+    router's P(large_direct) (cascade first: no second probe on RoutedVLM's small model), else the champion's;
+    (None, None) when no router certified one."""
+    import copy
+
+    from routedvlm.router.policy import Policy
+
+    for t in sorted(trained, key=lambda t: (not t.name.startswith("lightgbm"), t is not best, t.name)):
+        member = t.result.evaluation["calibration"]["best_per_chain"].get("binary")
+        if member:
+            router = copy.copy(t.result.router)
+            router.policy = Policy.from_dict({**t.result.router.policy.to_dict(), "rule": member["rule"],
+                                              "mode": member["mode"], "paid_stages": member["paid_stages"],
+                                              "certificate": {}})
+            return router, t
+    return None, None

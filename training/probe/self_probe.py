@@ -1,0 +1,191 @@
+"""`train-router --router self-probe`: the large model's hidden state of its own `large_direct` pass, plus the
+policy's tabular features, into one linear (logistic) head per candidate strategy.
+
+The hidden states are recomputed, not stored by the labeller: the labelled samples are reloaded by id (as for the
+LoRA probe) and `large_direct` is re-run through `CollaborativePipeline.run` with the capture of
+`routedvlm.inference.hidden` on — the code path RoutedVLM runs, so training and run-time inputs are the same
+numbers. The recomputed answers are checked against the labels' `answer__large_direct`. Split, expected costs,
+certified decision rule, evaluation and outputs are the LightGBM router's (training/pipeline.py).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from routedvlm.errors import ConfigError, TrainingError
+from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
+from routedvlm.router.strategies import LARGE_DIRECT
+
+log = logging.getLogger(__name__)
+DEFAULT_LAYERS = (-1,)
+DEFAULT_POSITION = "prompt_last"
+
+
+@dataclass
+class HiddenInfo:
+    """What the hidden column of a training table holds, and how it was made."""
+
+    layers: list
+    position: str
+    size: int
+    large_model: str
+    large_hash: str | None
+    seconds: float
+    answers_equal: int
+    rows: int
+
+    def params(self) -> dict:
+        return {"hidden": {"layers": self.layers, "position": self.position, "size": self.size},
+                "large_model": self.large_model, "large_hash": self.large_hash,
+                "recomputed": {"seconds": round(self.seconds, 2), "rows": self.rows,
+                               "answers_equal_labels": self.answers_equal}}
+
+
+def resolve_large(config, metadata: dict) -> Path:
+    """The large VLM checkpoint whose hidden states the probe reads: --large, else the labels' large model."""
+    large = (metadata.get("models") or {}).get("large") or {}
+    path = getattr(config, "large", None) or large.get("name")
+    if not path or not Path(str(path)).is_dir():
+        raise ConfigError(f"The self-probe reads the large VLM's hidden states, so it needs that checkpoint folder: "
+                          f"--large must be a folder (the labels name {large.get('name')!r}). Got {str(path)!r}. "
+                          "A large model behind an HTTP server (vLLM) returns no hidden states.")
+    return Path(str(path)).resolve()
+
+
+def _pipeline(large_path: Path, metadata: dict):
+    from routedvlm.inference import CollaborativePipeline, VLM
+    from routedvlm.inference.pipeline_parts import PipelineConfig
+    from routedvlm.inference.prompts import PromptConfig
+
+    prompts = metadata.get("prompts")
+    vlm = VLM.from_pretrained(str(large_path), prompts=PromptConfig(**prompts) if prompts else None)
+    gen = {k: v for k, v in (metadata.get("generation") or {}).items() if k in
+           ("max_direct_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens")}
+    return CollaborativePipeline(vlm, vlm, config=PipelineConfig(**gen)), vlm
+
+
+def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, position: str,
+                  progress: bool = True) -> tuple[pd.DataFrame, HiddenInfo]:
+    """`data` (labels + `image`, `question`) with a `HIDDEN_KEY` column: the large model's hidden-state vector of
+    its large_direct pass on each row, from the same pipeline code RoutedVLM runs."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    from routedvlm.inference.hidden import enable_capture, resolve_layers
+    from routedvlm.router.checkpoints import weights_hash
+
+    pipe, vlm = _pipeline(large_path, metadata)
+    layers = resolve_layers(vlm.model, list(layers))
+    enable_capture(vlm.model, layers)
+    vectors, same, t0 = [], 0, time.perf_counter()
+    rows = list(zip(data["image"], data["question"], data.get(f"answer__{LARGE_DIRECT}", [None] * len(data))))
+    for image, question, labelled in tqdm(rows, desc="large_direct hidden states", unit="sample", disable=not progress):
+        result = pipe.run(image, question, LARGE_DIRECT)
+        hidden = getattr(result.generation, "hidden", None)
+        if hidden is None:
+            raise TrainingError(f"The large model {str(large_path)!r} returned no hidden states for its large_direct "
+                                "pass; the self-probe needs a local transformers model.")
+        vectors.append(hidden.vector(position, layers))
+        same += int(labelled is not None and result.answer == labelled)
+    seconds = time.perf_counter() - t0
+    if same < len(rows):
+        log.warning("the recomputed large_direct answer differs from the labels' on %d of %d rows: the large model or "
+                    "its settings may differ from the labelling run", len(rows) - same, len(rows))
+    out = data.copy()
+    out[HIDDEN_KEY] = pd.Series(vectors, index=data.index, dtype=object)
+    info = HiddenInfo(layers, position, int(vectors[0].shape[0]) if vectors else 0, str(large_path),
+                      weights_hash(large_path), seconds, same, len(rows))
+    log.info("hidden states of %d rows (layers %s, %s, %d values) in %.1f s; %d/%d answers equal the labels'",
+             len(rows), layers, position, info.size, seconds, same, len(rows))
+    return out, info
+
+
+def design_matrix(df: pd.DataFrame, features: list[str]) -> np.ndarray:
+    """[hidden vector | features] per row (NaN features -> 0 before scaling, as the router does)."""
+    h = np.stack([np.asarray(v, dtype=np.float64) for v in df[HIDDEN_KEY]])
+    f = np.nan_to_num(df[features].to_numpy(dtype=np.float64), nan=0.0) if features else np.zeros((len(df), 0))
+    return np.concatenate([h, f], axis=1)
+
+
+def fit_head(x: np.ndarray, targets: dict[str, np.ndarray], seed: int = 0) -> dict:
+    """Standardised inputs, one L2 logistic regression per strategy (C chosen by 5-fold CV on log loss); a
+    strategy whose training labels are constant gets a constant probability (bias only, clipped to (0.001, 0.999))."""
+    from sklearn.linear_model import LogisticRegressionCV
+
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std = np.where(std > 1e-8, std, 1.0)
+    z = (x - mean) / std
+    weight, bias = np.zeros((x.shape[1], len(targets))), np.zeros(len(targets))
+    for j, (strategy, y) in enumerate(targets.items()):
+        y = np.asarray(y, dtype=int)
+        if y.min() == y.max() or min(np.bincount(y, minlength=2)) < 5:
+            p = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+            bias[j] = np.log(p / (1 - p))
+            continue
+        model = LogisticRegressionCV(Cs=np.logspace(-3, 1, 9), l1_ratios=(0.0,), cv=5, scoring="neg_log_loss",
+                                     max_iter=2000, random_state=seed, use_legacy_attributes=False).fit(z, y)
+        weight[:, j], bias[j] = np.ravel(model.coef_)[: x.shape[1]], float(np.ravel(model.intercept_)[0])
+    return {"weight": weight, "bias": bias, "mean": mean, "std": std}
+
+
+def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, info: HiddenInfo, *,
+                   prompt_template: dict | None = None) -> SelfProbeRouter:
+    """A SelfProbeRouter (decision rule not yet certified) with its head fitted on `split.train`."""
+    from ..pipeline import base_policy
+
+    if config.mode != "cascade":
+        raise ConfigError("The self-probe reads the large_direct pass, which only cascade mode pays first: use "
+                          f"--mode cascade (got {config.mode!r}).")
+    head = fit_head(design_matrix(split.train, features),
+                    {s: split.train[f"correct__{s}"].to_numpy() for s in candidates}, seed=config.seed)
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, "self-probe",
+                         {**info.params(), "head_kind": "logistic"}, prompt_template=prompt_template)
+    return SelfProbeRouter(policy, head)
+
+
+def default_layers(n_layers: int) -> list[int]:
+    """The layer at 2/3 of the depth (index round(2/3 * (n - 1))): on the toy world it gave the best calibration
+    AUROC of P(large_direct correct) among single layers and pairs (README, self-probe section)."""
+    return [int(round(2 * (n_layers - 1) / 3))]
+
+
+def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, HiddenInfo]:
+    """The labels with `image`, `question` and the hidden-state column (samples reloaded, large_direct re-run)."""
+    from routedvlm.inference.hidden import decoder_layers
+
+    from .data import attach_samples
+
+    large = resolve_large(config, metadata)
+    data = attach_samples(labels, metadata, config.dataset)
+    layers = config.hidden_layers
+    if not layers:
+        import json
+
+        text = json.loads((large / "config.json").read_text())
+        n = (text.get("text_config") or text).get("num_hidden_layers")
+        layers = default_layers(int(n)) if n else [-1]
+    return attach_hidden(data, metadata, large, layers, config.hidden_position)
+
+
+def compare_with_lightgbm(ev: dict, router, config, split, candidates, features, paid, labels_hash: str) -> dict:
+    """The evaluation with a LightGBM router on the same split and features beside the self-probe (its row and
+    AUC), and the AUROC of P(large_direct correct) of both on the test rows."""
+    from sklearn.metrics import roc_auc_score
+
+    from .evaluate import lightgbm_comparison, side_by_side
+
+    comparison = lightgbm_comparison(config, split, candidates, features, paid, labels_hash)
+    out = side_by_side(ev, comparison)
+    y = split.test[f"correct__{LARGE_DIRECT}"].to_numpy(dtype=int)
+    if LARGE_DIRECT in candidates and 0 < y.sum() < len(y):
+        auroc = {"self-probe": float(roc_auc_score(y, router.predict_proba(split.test)[LARGE_DIRECT]))}
+        if comparison is not None:
+            auroc["lightgbm"] = float(roc_auc_score(y, comparison["router"].predict_proba(split.test)[LARGE_DIRECT]))
+        out["auroc_large_direct"] = auroc
+    out["self_probe"] = dict(router.policy.params.get("recomputed") or {})
+    return out

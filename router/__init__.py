@@ -7,7 +7,8 @@ from .base import Router
 from .decision import Decision, choose, strategy_order
 from routedvlm.errors import RoutedVLMError, RouterError
 from .lightgbm_router import LightGBMRouter
-from .load import ROUTER_TYPES, load_router
+from .folder import ROUTER_TYPES
+from .load import load_router
 from .policy import Policy
 from .rules import FixedRouter, MutualVerificationRouter, make_rule_router
 from .strategies import DEFAULT_K_GRID, Strategy, default_strategies, parse_strategy, transfer_id

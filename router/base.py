@@ -145,7 +145,7 @@ class Router(ABC):
     @classmethod
     def load(cls, directory) -> "Router":
         """Load a router folder; on a subclass, the folder's router_type must be of that class."""
-        from .load import load_folder
+        from .folder import load_folder
 
         router = load_folder(directory)
         if not isinstance(router, cls):

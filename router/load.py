@@ -1,63 +1,26 @@
 """Load any router: a folder with policy.json, an MLflow `models:/` or `runs:/` URI, a rule name, or a strategy id.
 
-Router types are looked up by name in `ROUTER_TYPES` and imported lazily, so a LightGBM router never
-imports torch. MLflow URIs download the router folder artifact; nothing is unpickled.
+Folders are read by `folder.py` (router types by name, imported lazily, so a LightGBM router never imports torch).
+MLflow URIs download the router folder artifact; nothing is unpickled.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import tempfile
 from pathlib import Path
 
-from .base import Router
 from routedvlm.errors import RouterError, RouterLoadError, one_of
-from .policy import POLICY_FILE, Policy
+
+from .base import Router
+from .folder import load_folder
+from .policy import POLICY_FILE
 from .strategies import is_strategy
 
 log = logging.getLogger(__name__)
 
-ROUTER_TYPES = {
-    "lightgbm": "routedvlm.router.lightgbm_router:LightGBMRouter",
-    "lora-probe": "routedvlm.router.lora_probe:LoRAProbeRouter",
-    "self-probe": "routedvlm.router.self_probe:SelfProbeRouter",
-    "mutual-verification": "routedvlm.router.rules:MutualVerificationRouter",
-    "fixed": "routedvlm.router.rules:FixedRouter",
-}
 RULE_NAMES = ("mutual-verification",)
 MLFLOW_SCHEMES = ("models:/", "runs:/")
 ROUTER_ARTIFACT = "router"
-
-
-def router_class(router_type: str) -> type[Router]:
-    """The Router subclass registered for `router_type`."""
-    if router_type not in ROUTER_TYPES:
-        raise RouterLoadError(f"Unknown router_type {router_type!r}; valid types are {one_of(ROUTER_TYPES)}.")
-    module, _, name = ROUTER_TYPES[router_type].partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        raise RouterLoadError(
-            f"Router type {router_type!r} needs {module}, which cannot be imported ({exc}). "
-            "Install the dependencies of that router type."
-        ) from None
-
-
-def load_folder(directory) -> Router:
-    """The router in `directory`; its model files are verified (integrity.py) before anything parses them."""
-    from .integrity import verify_files
-
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise RouterLoadError(f"No router folder at {str(directory)!r}.")
-    policy = Policy.load(directory)
-    cls = router_class(policy.router_type)
-    unhashed = verify_files(policy, directory, cls.model_files(policy))
-    if unhashed:
-        log.info("%s (policy.json format version %d) records no sha256 for %s", directory, policy.format_version,
-                 unhashed)
-        cls._check_unverified(directory, unhashed)
-    return cls._from_folder(policy, directory)
 
 
 def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:

@@ -11,6 +11,7 @@ _LAZY = {
     "CollaborativePipeline": "pipeline",
     "PipelineConfig": "pipeline_parts",
     "Result": "pipeline_parts",
+    "Handoff": "pipeline_parts",
     "MutualVerification": "policies",
     "SELECTORS": "selectors",
     "Generation": "generation",

@@ -12,7 +12,7 @@ from routedvlm.errors import InputError
 from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_strategies, parse_k_grid, parse_strategy, transfer_id
 
 from .inputs import check_keep_tokens, make_request
-from .pipeline_parts import PipelineConfig, Result
+from .pipeline_parts import Handoff, PipelineConfig, Result
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
 from .stages import LargePrompt, answer_prompt, finish_answer, large_prompt, run_direct, run_reasoning
 from .streaming import answer_segment
@@ -68,10 +68,9 @@ class CollaborativePipeline:
             side = self.small if strat.id == "small_reason" else self.large
             with answer_segment(side.reasoning_side(), "reason"):
                 rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
-            res = Result(rr.answer, strat.id, None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
-                         reasoning_generation=rr.gen)
-            res._reasoning_run = rr if strat.id == "small_reason" else None
-            return res
+            handoff = Handoff(reasoning_run=rr if strat.id == "small_reason" else None)
+            return Result(rr.answer, strat.id, None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
+                          reasoning_generation=rr.gen, handoff=handoff)
         rr = run_reasoning(self.small, "small", req, cfg, self._reason_budget([strat.keep_tokens]))
         lp = large_prompt(self.large, req, cfg) if self.selector_name in NEEDS_ATTENTION else None
         return self._transfer(req, strat.keep_tokens, rr, lp, stage="large_transfer", base_trace=[])
@@ -79,9 +78,8 @@ class CollaborativePipeline:
     def _large_direct(self, req, lp: LargePrompt) -> Result:
         with answer_segment(self.large):
             gen, ans, rec = lp.answer(lp.direct_text, LARGE_DIRECT)
-        res = Result(ans, LARGE_DIRECT, None, None, [dict(lp.prefix_record), rec], gen)
-        res._large = lp
-        return res
+        return Result(ans, LARGE_DIRECT, None, None, [dict(lp.prefix_record), rec], gen,
+                      handoff=Handoff(large_prompt=lp))
 
     def _reason_budget(self, ks) -> int:
         full = any(k is None for k in ks) or self.selector_name in NEEDS_FULL_REASONING
@@ -110,10 +108,8 @@ class CollaborativePipeline:
         pre = [] if lp is None or base_trace else [dict(lp.prefix_record)]
         rec["keep_tokens"] = n_kept
         trace = [*base_trace, *small_records, *pre, *sel_records, rec]
-        res = Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
-                     reasoning_generation=rr.gen)
-        res._reasoning_run = rr
-        return res
+        return Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
+                      reasoning_generation=rr.gen, handoff=Handoff(reasoning_run=rr))
 
     # ----- two-stage decoding ------------------------------------------------------------------------------
     def escalate(self, result: Result, keep_tokens: int | None, *, reasoning: Result | None = None,
@@ -127,13 +123,13 @@ class CollaborativePipeline:
         """
         if keep_tokens is not None:
             check_keep_tokens(keep_tokens)
-        lp = getattr(result, "_large", None)
+        lp = result.handoff.large_prompt if isinstance(result, Result) else None
         if result.strategy != LARGE_DIRECT or lp is None:
             raise InputError(
                 f"escalate needs a 'large_direct' Result from this pipeline's run/run_many. Got a {result.strategy!r} "
                 "result instead; run strategy 'large_direct' first."
             )
-        rr = getattr(reasoning, "_reasoning_run", None) if reasoning is not None else None
+        rr = reasoning.handoff.reasoning_run if isinstance(reasoning, Result) else None
         fresh = rr is None
         if fresh:
             rr = run_reasoning(self.small, "small", lp.request, self.config, self._reason_budget([keep_tokens]))

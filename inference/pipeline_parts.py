@@ -1,4 +1,5 @@
-"""The pipeline's settings (`PipelineConfig`), its output (`Result`) and the two-device concurrency helper."""
+"""The pipeline's settings (`PipelineConfig`), its output (`Result`, with the `Handoff` its later stages continue
+from) and the two-device concurrency helper."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,17 @@ class PipelineConfig:
             )
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """What a result hands to a later stage on the same sample (run-time objects, not part of the answer):
+    large_prompt: the large model's cached image+question prefix (a `stages.LargePrompt` or the remote counterpart),
+    set on `large_direct` results, which `CollaborativePipeline.escalate` continues; reasoning_run: the small model's
+    `stages.ReasoningRun`, set on `small_reason` and `transfer_<K>` results, whose reasoning `escalate` reuses."""
+
+    large_prompt: object = None
+    reasoning_run: object = None
+
+
 @dataclass
 class Result:
     """The outcome of one strategy on one sample.
@@ -40,7 +52,8 @@ class Result:
     (the large model's for `large_reason`); trace: stage records (JSON-serialisable dicts, see stages.record);
     generation: the answering `Generation` (answer token ids, `token_logprobs`, `first_token_entropy`,
     `token_times_ms`); reasoning_generation: the reasoning run's Generation (its `token_times_ms` compose the
-    latency of reasoning truncated at K tokens); kept_text: the transferred reasoning text.
+    latency of reasoning truncated at K tokens); kept_text: the transferred reasoning text; handoff: what a later
+    stage continues from (`Handoff`).
     """
 
     answer: str
@@ -51,8 +64,7 @@ class Result:
     generation: object = field(default=None, repr=False)
     reasoning_generation: object = field(default=None, repr=False)
     kept_text: str | None = None
-    _large: object = field(default=None, repr=False)
-    _reasoning_run: object = field(default=None, repr=False)
+    handoff: Handoff = field(default_factory=Handoff, repr=False, compare=False)
 
     @property
     def output_tokens(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from routedvlm.router.strategies import LARGE_DIRECT, transfer_id
 
-from .pipeline_parts import Result, parallel
+from .pipeline_parts import Handoff, Result, parallel
 from .prompt_cache import PromptCache
 from .stages import direct_answer, direct_inputs, finish_answer, large_prompt, reason_text, run_reasoning
 
@@ -54,10 +54,9 @@ class SharedRun:
             out.update(self._large(lp, rr, ks, "large_reason" in kinds))
         if "small_reason" in kinds:
             done_rr = finish_answer(rr, cfg)
-            out["small_reason"] = res = Result(done_rr.answer, "small_reason", None, rr.reasoning_text,
-                                               _shared(done_rr.records), done_rr.answer_gen or rr.gen,
-                                               reasoning_generation=rr.gen)
-            res._reasoning_run = rr
+            out["small_reason"] = Result(done_rr.answer, "small_reason", None, rr.reasoning_text,
+                                         _shared(done_rr.records), done_rr.answer_gen or rr.gen,
+                                         reasoning_generation=rr.gen, handoff=Handoff(reasoning_run=rr))
         if "large_reason" in kinds and "large_reason" not in out:
             out["large_reason"] = self._large_reason(None)
         return {s.id: out[s.id] for s in strats}
@@ -108,8 +107,7 @@ class SharedRun:
             if sid == LARGE_DIRECT:
                 gen, ans, records = direct_answer(pipe.large, "large", self.req, self.cfg, cache=cache,
                                                   upcoming=upcoming, inputs=inputs)
-                out[sid] = Result(ans, LARGE_DIRECT, None, None, records, gen)
-                out[sid]._large = lp
+                out[sid] = Result(ans, LARGE_DIRECT, None, None, records, gen, handoff=Handoff(large_prompt=lp))
             elif sid == "large_reason":
                 out[sid] = self._large_reason(cache, inputs)
             else:
@@ -129,10 +127,8 @@ class SharedRun:
             ans = self.pipe.large.clean_answer(gen.token_ids)
         large[-1]["keep_tokens"] = n_kept
         trace = [*_small_records_for(rr, k, self.pipe.selector_name), *large[:-1], *sel_records, large[-1]]
-        res = Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
-                     reasoning_generation=rr.gen)
-        res._reasoning_run = rr
-        return res
+        return Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
+                      reasoning_generation=rr.gen, handoff=Handoff(reasoning_run=rr))
 
     def _large_reason(self, cache, inputs=None) -> Result:
         cfg = self.cfg

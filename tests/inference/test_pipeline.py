@@ -59,7 +59,7 @@ def test_full_reasoning_selectors_keep_k_tokens(tiny_pair, make_pipeline, images
     res = pipe.run(images["square"], Q, "transfer_8")
     assert res.reasoning_generation.output_tokens > 8 and res.keep_tokens == 8
     if selector == "suffix":
-        assert res.kept_text == tiny_pair[0].decode(res._reasoning_run.reasoning_ids[-8:])
+        assert res.kept_text == tiny_pair[0].decode(res.handoff.reasoning_run.reasoning_ids[-8:])
     else:
         from routedvlm.inference.inputs import make_request
         from routedvlm.inference.selectors import select_attention
@@ -195,6 +195,25 @@ def test_escalate_needs_a_large_direct_result(pipe, images):
     res = pipe.run(images["square"], Q, "small_direct")
     with pytest.raises(InputError, match=r"^escalate needs a 'large_direct' Result"):
         pipe.escalate(res, 8)
+
+
+def test_results_carry_their_handoff_as_a_declared_field(pipe, images):
+    """What escalate continues from travels in `Result.handoff`, a declared field (no private attributes set from
+    outside the class): large_direct hands over the large model's prompt, small_reason its reasoning run."""
+    import dataclasses
+
+    from routedvlm.inference import Handoff, Result
+
+    assert not [f.name for f in dataclasses.fields(Result) if f.name.startswith("_")]
+    first = pipe.run(images["square"], Q, "large_direct")
+    reasoning = pipe.run(images["square"], Q, "small_reason")
+    assert first.handoff.large_prompt is not None and first.handoff.reasoning_run is None
+    assert reasoning.handoff.reasoning_run is not None and reasoning.handoff.large_prompt is None
+    reused = pipe.escalate(first, 8, reasoning=reasoning)
+    assert reused.answer == pipe.run(images["square"], Q, "transfer_8").answer
+    stripped = dataclasses.replace(first, handoff=Handoff())
+    with pytest.raises(InputError, match=r"^escalate needs a 'large_direct' Result"):
+        pipe.escalate(stripped, 8)
 
 
 @pytest.mark.parametrize("sid", ["transfer_0", "medium_direct", "transfer_-4"])

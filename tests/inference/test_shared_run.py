@@ -58,7 +58,7 @@ def test_transfers_branch_at_each_k(pipe, many):
     really are a prefix of its prompt."""
     from routedvlm.inference.generation import common_prefix_len
 
-    lp = many["large_direct"]._large
+    lp = many["large_direct"].handoff.large_prompt
     ids = {k: lp.inputs_for(lp.transfer_text(many[f"transfer_{k}"].kept_text))["input_ids"] for k in (*K_GRID, "all")}
     prefix_len = lp.prefix.length
     order = [*K_GRID, "all"]

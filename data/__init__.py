@@ -1,1 +1,1 @@
-"""routedvlm.data — samples, dataset adapters, scorers, the labels schema and the labelling job."""
+"""routedvlm.data — samples, dataset adapters, scorers/, labels/ (the labels schema) and labelling/ (the labelling job)."""

@@ -1,4 +1,5 @@
-"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM, server.
+"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM; `serving/` (the
+server) and `profiling/` (latency profiles) are subpackages.
 
 Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
 """

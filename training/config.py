@@ -72,7 +72,7 @@ class TrainConfig:
     max_features: int = _f(256, "sanity limit on the number of feature columns a router trains on (more fail: "
                                 "choose them with --features)")
     seed: int = _f(0, "seed for the split and LightGBM")
-    dataset: str | None = _f(None, "lora-probe: data set id or path the labels were made from (default: the labels' "
+    dataset: str | None = _f(None, "lora-probe, self-probe: data set id or path the labels were made from (default: the labels' "
                                    "sample_source metadata)")
     base: str | None = _f(None, "lora-probe: small VLM checkpoint folder to adapt (default: the labels' small model)")
     epochs: int = _f(3, "lora-probe: training epochs")

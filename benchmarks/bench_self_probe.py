@@ -63,11 +63,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench-self-probe"))
     args = ap.parse_args()
 
-    from routedvlm.data.labels import read_labels
+    from routedvlm.data.labels.schema import read_labels
     from routedvlm.router.strategies import LARGE_DIRECT
     from routedvlm.training.labels_io import load_labels
-    from routedvlm.training.probe_data import attach_samples
-    from routedvlm.training.self_probe import attach_hidden
+    from routedvlm.training.probe.data import attach_samples
+    from routedvlm.training.probe.self_probe import attach_hidden
 
     labels, meta = load_labels(None)
     eval_df, eval_meta = read_labels(args.toy_eval)

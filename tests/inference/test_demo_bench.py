@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_demo_help(capsys):
-    from routedvlm.training.demo.cli import cli as demo
+    from routedvlm.training.demo import cli as demo
 
     with pytest.raises(SystemExit) as info:
         demo.main(["--help"])
@@ -18,7 +18,7 @@ def test_demo_help(capsys):
 
 @pytest.mark.slow
 def test_demo_runs_every_strategy(tmp_path, capsys):
-    from routedvlm.training.demo.cli import cli as demo
+    from routedvlm.training.demo import cli as demo
 
     assert demo.main(["--random", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

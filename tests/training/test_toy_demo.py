@@ -18,7 +18,7 @@ def quick_demo(tmp_path_factory):
     import contextlib
     import io
 
-    from routedvlm.training.demo.cli import cli as demo
+    from routedvlm.training.demo import cli as demo
 
     root = tmp_path_factory.mktemp("demo")
     uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"

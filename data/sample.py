@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..inference.prompts import MC_INSTRUCTION, SHORT_INSTRUCTION, PromptTemplate, default_instruction
 from routedvlm.errors import DatasetError, one_of
+from ..inference.prompts import MC_INSTRUCTION, SHORT_INSTRUCTION, PromptTemplate, default_instruction
 from .scorers import METRICS
 
 TASK_TYPES = ("multiple_choice", "numeric", "open", "yes_no")

@@ -1,13 +1,13 @@
 """routedvlm.router — features → P(correct) per strategy → decision; artifact format; loading.
 
-Imports none of the other routedvlm packages (it is the root of the dependency graph). Importing it is
-cheap: lightgbm and mlflow are imported only by the functions that need them.
+Imports none of the other routedvlm packages except `routedvlm.errors` (the root of the dependency graph).
+Importing it is cheap: lightgbm and mlflow are imported only by the functions that need them.
 """
+from routedvlm.errors import RoutedVLMError, RouterError
 from .base import Router
 from .decision import Decision, choose, strategy_order
-from routedvlm.errors import RoutedVLMError, RouterError
-from .lightgbm_router import LightGBMRouter
 from .folder import ROUTER_TYPES
+from .lightgbm_router import LightGBMRouter
 from .load import load_router
 from .policy import Policy
 from .rules import FixedRouter, MutualVerificationRouter, make_rule_router

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from routedvlm.errors import RouterError
 from .decision import Decision, cost_order, keep_tokens_of
 from .decision_rules import apply_rule, apply_rule_one, describe, tau_rule, uses_model
-from routedvlm.errors import RouterError
 from .policy import Policy
 from .strategies import feature_stages
 

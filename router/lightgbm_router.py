@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Router
 from routedvlm.errors import RouterError, RouterLoadError
+from .base import Router
 from .policy import Policy
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from routedvlm.errors import RouterError, RouterLoadError
 from .base import Router
 from .checkpoints import weights_hash
 from .decision_rules import uses_model
-from routedvlm.errors import RouterError, RouterLoadError
 from .policy import Policy
 from .probe_files import adapter_files, load_probe, read_plain, save_probe
 from .strategies import SMALL_DIRECT

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
+from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
 FORMAT_VERSION = 2

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from routedvlm.errors import RouterError, one_of
 from .base import Router
 from .decision_rules import AGREE_FEATURE
-from routedvlm.errors import RouterError, one_of
 from .policy import Policy
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
 

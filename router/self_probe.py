@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from routedvlm.errors import RouterError, RouterLoadError
 from .base import Router
 from .checkpoints import weights_hash
 from .decision_rules import uses_model
-from routedvlm.errors import RouterError, RouterLoadError
 from .policy import Policy
 from .strategies import LARGE_DIRECT
 

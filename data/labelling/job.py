@@ -11,11 +11,11 @@ import logging
 import time
 
 from routedvlm.errors import ConfigError
+from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from .config import LabelConfig, both_remote
 from .parts import PartStore
-from .table import build_table, scorers_of
 from .samples import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
-from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
+from .table import build_table, scorers_of
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routedvlm.router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
+from ..labels.schema import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
+from ..loading import SampleSource
 from .config import LabelConfig
+from .latency import compose_latencies
 from .parts import ORDER_COLUMN
 from .table import METRIC_COLUMN
-from ..labels.schema import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
-from .latency import compose_latencies
-from ..loading import SampleSource
 
 log = logging.getLogger(__name__)
 EXECUTION_MODE = "one-stage+two-stage"

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from routedvlm.router.decision import strategy_order
 from routedvlm.errors import LabelsError
+from routedvlm.router.decision import strategy_order
 from routedvlm.router.strategies import is_strategy, parse_strategy
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import time
 import uuid
 
 from ..final_answer import usage as make_usage
-from .protocol import APIError, ChatRequest, check_context
 from ..vlm import THINK_OPEN
+from .protocol import APIError, ChatRequest, check_context
 
 
 def completion_id() -> str:

@@ -8,8 +8,8 @@ import pytest
 from routedvlm.data.toyworld import models as M
 from routedvlm.data.toyworld import task
 from routedvlm.data.toyworld.task import make_samples
-from routedvlm.inference.prompts import PromptConfig
 from routedvlm.errors import ConfigError
+from routedvlm.inference.prompts import PromptConfig
 
 CKPT = pathlib.Path(task.__file__).parent / "checkpoints"
 

@@ -6,8 +6,8 @@ import logging
 import pytest
 from routed_helpers import PROMPT_FEATURE, every_feature_router, expected_route, save_prompt_router
 
-from routedvlm.inference.routed import DEFAULT_ROUTER
 from routedvlm.errors import ConfigError, InputError
+from routedvlm.inference.routed import DEFAULT_ROUTER
 
 Q = "How many boxes?"
 PIPE_KW = dict(min_new_tokens=4, max_direct_tokens=6, max_reason_tokens=40, min_reason_tokens=24)

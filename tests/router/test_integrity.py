@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from damage_helpers import LIGHTGBM, as_v1
 
-from routedvlm.router import load_router
 from routedvlm.errors import RouterError, RouterLoadError
+from routedvlm.router import load_router
 from routedvlm.router.integrity import sha256_file
 
 HARNESS = Path(__file__).with_name("damage_harness.py")

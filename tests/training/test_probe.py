@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from routedvlm.router import RouterError, load_router
 from routedvlm.errors import TrainingError
+from routedvlm.router import RouterError, load_router
 from routedvlm.training.config import TrainConfig
 
 STRATEGIES = ["large_direct", "transfer_64", "large_reason"]

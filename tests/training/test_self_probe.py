@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from routedvlm.router import load_router
 from routedvlm.errors import ConfigError
+from routedvlm.router import load_router
 from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
 from routedvlm.training.config import TrainConfig
 

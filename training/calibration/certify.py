@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from routedvlm.errors import ConfigError
 from routedvlm.router.decision import strategy_order
 from routedvlm.router.decision_rules import fixed_rule
-from routedvlm.errors import ConfigError
 
 from . import ltt
 from .rule_family import CHAINS, Member, Scorer, baseline_members, model_chains

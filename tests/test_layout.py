@@ -5,8 +5,12 @@ inference may import router; data may import inference and router; training may 
 Exceptions are listed here on purpose, each with its reason. Relative imports count like absolute ones.
 """
 import ast
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (pyproject allows it): pip, in every venv, vendors the same parser
+    from pip._vendor import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("errors", "router", "inference", "data", "training")

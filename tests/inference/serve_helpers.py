@@ -87,10 +87,15 @@ def serve_process(args, log_path, timeout=240):
             time.sleep(0.25)
         yield url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
+
+
+def stop_process(proc) -> None:
+    """Terminate a server subprocess; kill it if it has not exited within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -8,6 +8,7 @@ import time
 import pytest
 from damage_helpers import LIGHTGBM, damaged_copy
 from routed_helpers import save_prompt_router
+from serve_helpers import stop_process
 
 MODEL = "model_small_direct.txt"
 PIPE_FLAGS = ["--min-new-tokens", "4", "--max-direct-tokens", "6", "--max-reason-tokens", "40", "--min-reason-tokens", "24"]
@@ -77,11 +78,7 @@ def test_serve_starts_and_answers_with_a_router_that_crashes_lightgbm(tiny_pair,
             r = httpx.post(f"{url}/v1/chat/completions", timeout=120,
                            json={"model": "routedvlm", "messages": _user(images["wide"], "Color?")})
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
     assert r.status_code == 200 and r.headers["x-routedvlm-strategy"] == "large_direct"
     assert r.json()["routedvlm"]["fallback"] is True
     assert "crashed LightGBM's parser" in log_path.read_text()

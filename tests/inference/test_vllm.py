@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from serve_helpers import stop_process
 
 pytestmark = pytest.mark.vllm
 STRATEGIES = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_4", "transfer_8", "transfer_16",
@@ -185,9 +186,5 @@ def test_routedvlm_serve_in_front_of_the_vllm_servers(vllm_servers, toy_router, 
             assert out["choices"][0]["message"]["content"].strip() == ref.text
             assert all(r["remote"] for r in out["routedvlm"]["trace"] if r.get("model")), json.dumps(out)[:500]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()

@@ -124,9 +124,12 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     used instead of running the vision encoder again (vision_ms 0 when they are reused).
     """
     import torch
-    from transformers import DynamicCache, LogitsProcessorList
+    from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
+    from . import deadline
     from .streaming import current_streamer
+
+    deadline.check()  # a request past its deadline (or a server shutting down) starts no model call
 
     cached = 0 if cache is None else cache.get_seq_length()
     if cache is None:
@@ -145,6 +148,8 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
         extra["streamer"] = streamer
     if eos_token_id is not None:
         extra["eos_token_id"] = eos_token_id
+    if deadline.criteria():
+        extra["stopping_criteria"] = StoppingCriteriaList(deadline.criteria())  # raises at the next token past it
     n_in = inputs["input_ids"].shape[1]
     capture = capture_of(model)
     if capture is not None:

@@ -4,6 +4,13 @@ Binds 127.0.0.1 unless told otherwise; with --api-key (or $ROUTEDVLM_API_KEY) ev
 `Authorization: Bearer <key>` (/health, /ready and /metrics need none, as with vLLM). The server listens at
 once and loads the models in the background (/ready answers 503 until they are loaded); a load failure ends
 it with exit status 2. Torch, transformers and FastAPI are imported only when serving starts.
+
+Bounds: a connection that sends no complete request head within --header-timeout seconds is closed, an idle
+kept-alive one after --keep-alive-timeout; connections beyond --max-connections and chat requests beyond
+--max-queued are answered 503 with Retry-After; a request's model calls stop after --request-timeout seconds
+(504). On SIGTERM the server stops accepting, gives running requests --shutdown-timeout seconds, then stops
+their model calls at the next token (they answer 503; a prefill under way finishes first, its length bounded by
+the prompt limits), cancels what is left 5 s later and exits.
 """
 from __future__ import annotations
 
@@ -49,6 +56,19 @@ class ServeConfig:
     max_text_chars: int = field(default=20_000, metadata={"help": "max characters of text per request"})
     max_body_bytes: int = field(default=Limits.max_body_bytes, metadata={
         "help": "max bytes of a request body (413 beyond, refused before it is read in full)"})
+    max_messages: int = field(default=Limits.max_messages, metadata={"help": "max messages per request"})
+    max_content_parts: int = field(default=Limits.max_content_parts, metadata={
+        "help": "max content parts over all messages of a request"})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "max prompt tokens after the chat template, images included; default: what fits the context "
+                "(400 context_length_exceeded beyond)"})
+    request_timeout: int = field(default=300, metadata={"help": "seconds after which a request's model calls stop (504)"})
+    header_timeout: int = field(default=10, metadata={"help": "seconds a connection may take to send a request head"})
+    keep_alive_timeout: int = field(default=5, metadata={"help": "seconds an idle kept-alive connection stays open"})
+    max_connections: int = field(default=512, metadata={"help": "open connections at most (503 + Retry-After beyond)"})
+    max_queued: int = field(default=64, metadata={"help": "chat requests in the server at once (503 + Retry-After beyond)"})
+    shutdown_timeout: int = field(default=10, metadata={
+        "help": "seconds running requests get to finish after SIGTERM before their model calls are stopped"})
     device: str = field(default="auto", metadata={"help": "torch device of both models: 'auto' (cuda when available, "
                                                            "else cpu), 'cpu', 'cuda', 'cuda:1', ..."})
     threads: int = field(default=1, metadata={"help": THREADS_HELP})
@@ -62,9 +82,12 @@ class ServeConfig:
 
     def __post_init__(self):
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
-                     "max_reason_tokens"):
+                     "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout",
+                     "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0 or (name == "port" and v > 65535):
+            if v is None and name == "max_prompt_tokens":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or (name == "port" and v > 65535):
                 raise ConfigError(f"The `--{name.replace('_', '-')}` flag must be a positive integer"
                                   f"{' <= 65535' if name == 'port' else ''}. Got {v!r} instead.")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
@@ -75,7 +98,8 @@ class ServeConfig:
     @property
     def limits(self) -> Limits:
         return Limits(max_images=self.max_images, max_image_pixels=self.max_image_pixels, max_text_chars=self.max_text_chars,
-                      max_body_bytes=self.max_body_bytes)
+                      max_body_bytes=self.max_body_bytes, max_messages=self.max_messages,
+                      max_content_parts=self.max_content_parts, max_prompt_tokens=self.max_prompt_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(ServeConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = int if f.type in ("int", int) else str
+        kind = int if f.type in ("int", int, "int | None") else str
         required = f.name in ("small", "large")
         default = None if required else f.default
         shown = f" (default: {default})" if default is not None else ""
@@ -122,6 +146,24 @@ def _loader(cfg: ServeConfig):
     return load
 
 
+def uvicorn_config(app, cfg: ServeConfig):
+    """uvicorn's settings for `cfg`: the guarded h11 protocol (guards.py), keep-alive and graceful-shutdown times,
+    and the file-descriptor limit raised to its hard maximum."""
+    import resource
+
+    import uvicorn
+
+    from .guards import STOP_GRACE_S, guarded_protocol
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                          http=guarded_protocol(cfg.header_timeout, cfg.max_connections),
+                          timeout_keep_alive=cfg.keep_alive_timeout,
+                          timeout_graceful_shutdown=cfg.shutdown_timeout + STOP_GRACE_S)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     cfg = ServeConfig(**args)
@@ -130,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if not _is_loopback(cfg.host):
         print(f"warning: binding {cfg.host} exposes the server beyond this machine"
               f"{'' if cfg.api_key else ' WITHOUT an API key (pass --api-key)'}", file=sys.stderr)
-    import uvicorn
-
+    from .guards import graceful_server
     from .server import create_app
 
     server = None
@@ -140,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         server.should_exit = True
 
     app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, api_key=cfg.api_key,
-                     limits=cfg.limits, min_new_tokens=cfg.min_new_tokens)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level))
+                     limits=cfg.limits, min_new_tokens=cfg.min_new_tokens, request_timeout=cfg.request_timeout,
+                     max_queued=cfg.max_queued)
+    server = graceful_server(uvicorn_config(app, cfg), app.state.deadlines, cfg.shutdown_timeout)
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
           "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)
     server.run()

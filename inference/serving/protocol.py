@@ -54,6 +54,11 @@ class Limits:
     max_text_chars: int = field(default=20_000, metadata={"help": "max characters of text over all messages"})
     max_tokens: int = field(default=4096, metadata={"help": "max `max_tokens` a client may ask for"})
     max_body_bytes: int = field(default=32 * 2**20, metadata={"help": "max bytes of a request body"})
+    max_messages: int = field(default=64, metadata={"help": "max messages per request"})
+    max_content_parts: int = field(default=64, metadata={"help": "max content parts over all messages"})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "max prompt tokens after the chat template, image tokens included (default: what fits the context)"})
+    max_aspect_ratio: float = field(default=100.0, metadata={"help": "max long side / short side of an image"})
 
 
 @dataclass
@@ -84,16 +89,31 @@ def decode_image(url, limits: Limits, param: str):
     if len(url.partition(",")[2]) * 3 // 4 > limits.max_image_bytes:
         raise _bad(f"An image is larger than the server's limit of {limits.max_image_bytes} bytes.", param, "image_too_large")
     try:
-        return open_image(split_data_url(url, media_types=MEDIA_TYPES)[1], formats=SAFE_FORMATS,
-                          max_pixels=limits.max_image_pixels)
+        image = open_image(split_data_url(url, media_types=MEDIA_TYPES)[1], formats=SAFE_FORMATS,
+                           max_pixels=limits.max_image_pixels)
     except ImageInputError as exc:
         raise _bad(str(exc), param, exc.code) from None
+    w, h = image.size
+    if max(w, h) > limits.max_aspect_ratio * min(w, h):
+        raise _bad(f"An image of {w}x{h} pixels is too elongated: this server accepts a long side of at most "
+                   f"{limits.max_aspect_ratio:g} times the short side. Pad or crop it.", param, "image_aspect_ratio")
+    return image
+
+
+def _text(text: str, param: str) -> str:
+    """`text`, refused when it holds a lone surrogate (valid JSON escapes, but no UTF-8 text)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _bad(f"The text holds a lone UTF-16 surrogate ({text[exc.start]!a} at character {exc.start}), which is "
+                   "not a character. Send valid Unicode text.", param, "invalid_text") from None
+    return text
 
 
 def _content(content, param: str, images: list) -> tuple[list, int]:
     """HF content parts of one message and its text length."""
     if isinstance(content, str):
-        return [{"type": "text", "text": content}], len(content)
+        return [{"type": "text", "text": _text(content, param)}], len(content)
     if not isinstance(content, list):
         raise _bad(f"`content` must be a string or a list of parts. Got {type(content).__name__}.", param, "invalid_content")
     parts, chars = [], 0
@@ -101,7 +121,7 @@ def _content(content, param: str, images: list) -> tuple[list, int]:
         kind = part.get("type") if isinstance(part, dict) else None
         p = f"{param}[{j}]"
         if kind == "text" and isinstance(part.get("text"), str):
-            parts.append({"type": "text", "text": part["text"]})
+            parts.append({"type": "text", "text": _text(part["text"], p)})
             chars += len(part["text"])
         elif kind == "image_url":
             spec = part.get("image_url")
@@ -116,7 +136,10 @@ def _content(content, param: str, images: list) -> tuple[list, int]:
 def parse_messages(messages, limits: Limits) -> list:
     if not isinstance(messages, list) or not messages:
         raise _bad("`messages` is required: a non-empty list of {'role', 'content'} objects.", "messages", "missing_messages")
-    out, images, chars = [], [], 0
+    if len(messages) > limits.max_messages:
+        raise _bad(f"The request holds {len(messages)} messages; this server accepts at most {limits.max_messages} "
+                   "(routedvlm serve --max-messages).", "messages", "too_many_messages")
+    out, images, chars, n_parts = [], [], 0, 0
     for i, msg in enumerate(messages):
         role = msg.get("role") if isinstance(msg, dict) else None
         if role not in ROLES:
@@ -124,6 +147,11 @@ def parse_messages(messages, limits: Limits) -> list:
                        f"messages[{i}].role", "invalid_role")
         if "content" not in msg or msg["content"] is None:
             raise _bad("Every message needs `content`.", f"messages[{i}].content", "invalid_content")
+        n_parts += len(msg["content"]) if isinstance(msg["content"], list) else 1
+        if n_parts > limits.max_content_parts:
+            raise _bad(f"The request holds more than {limits.max_content_parts} content parts; this server accepts at "
+                       "most that many over all messages (routedvlm serve --max-content-parts).", "messages",
+                       "too_many_content_parts")
         parts, n = _content(msg["content"], f"messages[{i}].content", images)
         chars += n
         out.append({"role": role, "content": parts})

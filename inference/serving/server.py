@@ -1,11 +1,14 @@
 """An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions (streamed or not),
-/v1/models, and /health, /ready and /metrics, which need no API key (vLLM protects only the /v1 routes).
+/v1/models, and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
+/v1 routes). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
 
 Model ids: the routed model (default "routedvlm") answers under the router's policy; "small" and "large" answer
 with that side alone (see completions.py). With `loader=` the models load in the background: the server
 listens at once, /ready and the /v1 routes answer 503 until they are loaded. A body is read only up to
 `limits.max_body_bytes` (then 413); JSON and image decoding and the model calls run in worker threads, so the
-event loop keeps answering probes. One lock serialises the calls of local models (they share one device).
+event loop keeps answering probes. One lock serialises the calls of local models (they share one device). More
+than `max_queued` chat requests at once are answered 503 + Retry-After; each request's model calls stop at its
+deadline (`request_timeout`, 504). Connection limits and timeouts: guards.py (set up by cli.py).
 No `from __future__ import annotations` here: FastAPI reads the handlers' annotations at runtime.
 """
 import asyncio
@@ -15,8 +18,13 @@ import logging
 import threading
 import time
 
-from .completions import Chunks, context_of, plain_completion, route_headers, route_info, routed_completion
+from .. import deadline
+from .calls import run_plain, run_routed, stream_runner
+from .completions import Chunks, context_of, route_headers, route_info, routed_completion
+from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
+from .openapi import openapi_document
+from .prompt_check import neutralise, special_pattern
 from .protocol import APIError, Limits, check_context, parse_chat_request
 
 logger = logging.getLogger(__name__)
@@ -31,6 +39,14 @@ class Serving:
 
     def __init__(self, routed=None, loader=None, on_error=None):
         self.routed, self.loader, self.on_error, self.error = routed, loader, on_error, None
+        self._pattern = None
+
+    @property
+    def pattern(self):
+        """The added-token regex of the served tokenizers (prompt_check.special_pattern), built once."""
+        if self._pattern is None and self.routed is not None:
+            self._pattern = special_pattern(self.routed) or False
+        return self._pattern or None
 
     def start(self) -> None:
         if self.routed is None and self.loader is not None:
@@ -56,27 +72,36 @@ class Serving:
 
 
 class KeyCheck:
-    """ASGI middleware: the /v1 routes need `Authorization: Bearer <key>`; the probes and /metrics do not."""
+    """ASGI middleware: the /v1 routes need `Authorization: Bearer <key>` (the scheme in any case, RFC 9110), sent
+    once; the probes, /metrics and /openapi.json do not."""
 
     def __init__(self, app, key: str):
-        self.app, self.expected = app, f"Bearer {key}".encode()
+        self.app, self.expected = app, key.encode()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/v1"):
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            given = [v for k, v in scope.get("headers") or [] if k == b"authorization"]
+            scheme, _, token = (given[0] if given else b"").strip().partition(b" ")
+            exc = None
+            if len(given) > 1:
+                exc = APIError(400, "The request has more than one Authorization header; send exactly one.",
+                               code="duplicate_authorization")
+            elif scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.expected):
+                exc = APIError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
+            if exc is not None:
                 from fastapi.responses import JSONResponse
 
-                exc = APIError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
-                await JSONResponse(exc.body(), status_code=401)(scope, receive, send)
+                await JSONResponse(exc.body(), status_code=exc.status)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm",
-               api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0):
+               api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0,
+               request_timeout: float | None = 300.0, max_queued: int = 64):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
-    `min_new_tokens` applies to plain-model answers (tiny random models)."""
+    `min_new_tokens` applies to plain-model answers (tiny random models); `request_timeout` (seconds, None: none)
+    stops a request's model calls; `max_queued` chat requests at once, 503 beyond."""
     import contextlib
 
     from fastapi import FastAPI, Request
@@ -84,16 +109,19 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     from starlette.exceptions import HTTPException
 
     limits, serving = limits or Limits(), Serving(routed, loader, on_load_error)
+    deadlines = deadline.Deadlines(request_timeout)
     models = (served_model, *SIDES)
     metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        asyncio.get_running_loop().set_exception_handler(OncePerInterval(60.0))
         serving.start()
         yield
+        deadlines.stop()  # whatever still runs (serve stops the model calls earlier: guards.graceful_server)
 
     app = FastAPI(title="routedvlm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.state.serving, app.state.metrics = serving, metrics
+    app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines
     if api_key is not None:
         app.add_middleware(KeyCheck, key=api_key)
 
@@ -108,9 +136,17 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     async def health():
         if serving.routed is None:
             return JSONResponse({"status": "loading" if serving.error is None else "failed", "ready": False},
-                                status_code=200 if serving.error is None else 503)
+                                status_code=503)
         state = serving.routed.health()
         return {"status": "ok" if state["router_healthy"] else "degraded", "ready": True, **state}
+
+    @app.get("/live")
+    async def live():
+        return {"status": "live"}
+
+    @app.get("/openapi.json")
+    async def openapi():
+        return openapi_document(models, api_key is not None)
 
     @app.get("/ready")
     async def ready():
@@ -127,12 +163,21 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
                                            for m in models]}
 
-    parsing = asyncio.Semaphore(PARSE_SLOTS)
+    parsing, queued = asyncio.Semaphore(PARSE_SLOTS), [0]
 
     @app.post(CHAT)
     async def chat(request: Request):
-        handler = ChatHandler(serving.require, metrics, limits, models, served_model, min_new_tokens, parsing)
-        return await handler(request)
+        if queued[0] >= max_queued:
+            metrics.request(CHAT, "", "", 503)
+            exc = APIError(503, f"This server is answering its limit of {max_queued} requests; retry later "
+                                "(routedvlm serve --max-queued).", type="server_error", code="server_overloaded")
+            return JSONResponse(exc.body(), status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
+        queued[0] += 1
+        try:
+            handler = ChatHandler(serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines)
+            return await handler(request)
+        finally:
+            queued[0] -= 1
 
     return app
 
@@ -140,9 +185,9 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 class ChatHandler:
     """One POST /v1/chat/completions: read, parse, answer (streamed or not), and count it in the metrics."""
 
-    def __init__(self, require, metrics, limits, models, served_model, min_new_tokens, parsing):
-        self.require, self.metrics, self.limits, self.models, self.parsing = require, metrics, limits, models, parsing
-        self.served, self.min_new_tokens = served_model, min_new_tokens
+    def __init__(self, serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines):
+        self.require, self.metrics, self.limits, self.models, self.parsing = serving.require, metrics, limits, models, parsing
+        self.served, self.min_new_tokens, self.serving, self.deadlines = served_model, min_new_tokens, serving, deadlines
         self.t0, self.model, self.strategy, self.open = time.perf_counter(), "", "", True
 
     async def __call__(self, request):
@@ -161,12 +206,13 @@ class ChatHandler:
                     response = await self.stream_routed(routed, req)
                     streaming = True
                     return response
-                out = await run_in_threadpool(routed.generate, messages=req.messages, max_tokens=req.max_tokens)
+                out = await run_in_threadpool(run_routed, routed, req, self.limits, self.serving.pattern, self.deadlines)
                 payload, headers = routed_completion(out, req.model)
                 self.strategy = out.strategy
                 self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None)
             else:
-                payload, headers = await run_in_threadpool(plain_completion, routed, req, self.min_new_tokens)
+                payload, headers = await run_in_threadpool(run_plain, routed, req, self.min_new_tokens, self.serving.pattern,
+                                                           self.deadlines)
                 self.strategy = payload["routedvlm"]["trace"][0]["stage"]
                 self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"])
             self.done(200)
@@ -215,8 +261,10 @@ class ChatHandler:
         from starlette.concurrency import run_in_threadpool
 
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        neutralise(req.messages, self.serving.pattern)
         stream = await run_in_threadpool(routed.stream, messages=req.messages, max_tokens=req.max_tokens)
-        loop.run_in_executor(None, stream.run, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        run = stream_runner(routed, stream, req, self.limits, self.serving.pattern, self.deadlines)
+        loop.run_in_executor(None, run, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
         kind, value = await events.get()
         if kind == "error":
             raise value
@@ -272,6 +320,9 @@ def parse_body(raw, limits: Limits, models, served_model: str):
         body = json.loads(raw)
     except ValueError:
         raise APIError(400, "The request body is not valid JSON.", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "The request body nests JSON too deeply to parse; send a flat chat request.",
+                       code="invalid_json") from None
     return parse_chat_request(body, limits, models, routed_model=served_model)
 
 
@@ -288,10 +339,20 @@ def trim_heap() -> None:
 
 def api_error(exc: BaseException) -> APIError:
     """The OpenAI-shaped error for a failure: 4xx for bad input, 500 (logged) for anything else."""
+    from starlette.requests import ClientDisconnect
+
     from routedvlm.errors import InputError
 
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, ClientDisconnect):  # nobody reads the answer; counted as nginx's 499, not an error
+        logger.info("a client disconnected before sending its whole request body")
+        return APIError(499, "The client disconnected before sending the whole request.", code="client_closed_request")
+    if isinstance(exc, deadline.DeadlineExceeded):
+        logger.warning("%s", exc)
+        return APIError(504, str(exc), type="server_error", code="request_timeout")
+    if isinstance(exc, deadline.ShuttingDown):
+        return APIError(503, str(exc), type="server_error", code="shutting_down")
     if isinstance(exc, InputError):
         return APIError(400, str(exc), param="messages", code=getattr(exc, "code", "invalid_input"))
     logger.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)

@@ -64,13 +64,14 @@ def rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def serve_process(args, log_path, timeout=240):
-    """`routedvlm serve ARGS --port <free>` in a subprocess; yields (base url, Popen) once GET /ready (no key) is 200."""
+def serve_process(args, log_path, timeout=240, **popen):
+    """`routedvlm serve ARGS --port <free>` in a subprocess (`popen`: more Popen arguments); yields (base url, Popen)
+    once GET /ready (no key) is 200."""
     import httpx
 
     port, log = free_port(), open(log_path, "w")
     cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", *args, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,48 @@
+"""The model calls of one chat request, as run in a worker thread: special-token text neutralised, the routed
+prompt counted against its limits, and every local generate call inside the request's deadline (`deadlines`, a deadline.Deadlines).
+
+`run_routed` / `run_plain` hold the RoutedVLM's lock (re-entrant) across the prompt check and the model calls,
+so the count uses the tokenizer no other request is using, and a request that waited past its deadline for the
+lock starts no model call.
+"""
+from __future__ import annotations
+
+import contextvars
+
+from .completions import plain_completion
+from .prompt_check import check_routed_prompt, neutralise
+
+
+def run_routed(routed, req, limits, pattern, deadlines):
+    """RoutedOutput of a non-streamed routed request."""
+    neutralise(req.messages, pattern)
+    with deadlines.within(), routed.lock:
+        check_routed_prompt(routed, req.messages, limits.max_prompt_tokens, req.model)
+        return routed.generate(messages=req.messages, max_tokens=req.max_tokens)
+
+
+def run_plain(routed, req, min_new_tokens, pattern, deadlines):
+    """(body, headers) of a request to a plain model ("small" / "large"); its context is checked before generating."""
+    neutralise(req.messages, pattern)
+    with deadlines.within():
+        return plain_completion(routed, req, min_new_tokens)
+
+
+def stream_runner(routed, stream, req, limits, pattern, deadlines):
+    """A callable `run(put)` for an executor thread: the streamed request under its deadline and prompt check,
+    a refused prompt reported as an ("error", APIError) event. It runs in a copy of the caller's context."""
+    context = contextvars.copy_context()
+
+    def run(put):
+        def inner():
+            with deadlines.within(), routed.lock:
+                try:
+                    check_routed_prompt(routed, req.messages, limits.max_prompt_tokens, req.model)
+                except Exception as exc:  # noqa: BLE001 - answered as the stream's first event
+                    put(("error", exc))
+                    return
+                stream.run(put)
+
+        context.run(inner)
+
+    return run

@@ -244,24 +244,20 @@ def _read(path) -> tuple[pd.DataFrame, dict | None, str | None]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from .bounds import check_cells, check_footers, parse_metadata
+
     files = labels_files(path)
     try:
+        check_footers(path, files)  # row count and size from the footers, before any data is read
         tables = [pq.read_table(f) for f in files]
         table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise LabelsError(f"{str(path)!r} is not a readable parquet file ({exc}).") from None
     raws = {(t.schema.metadata or {}).get(METADATA_KEY.encode()) for t in tables}
     raw = raws.pop() if len(raws) == 1 else None
-    df = table.to_pandas()
-    if raw is None:
-        return df, None, None
-    try:
-        meta = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return df, None, f"metadata '{METADATA_KEY}' is not valid JSON ({exc})"
-    if not isinstance(meta, dict):
-        return df, None, f"metadata '{METADATA_KEY}' must be a JSON object, got {type(meta).__name__}"
-    return df, meta, None
+    meta, problem = (None, None) if raw is None else parse_metadata(raw, METADATA_KEY, SCHEMA_VERSION)
+    check_cells(path, table)
+    return table.to_pandas(), meta, problem
 
 
 def read_labels(path) -> tuple[pd.DataFrame, dict]:

@@ -1,6 +1,8 @@
 """Validation of labels.parquet (schema version 1): every problem of a table or file, reported at once.
 
-Failed rows (an `error` value) are excluded from the value checks; sample ids are checked on every row.
+Failed rows (an `error` value) are excluded from the value checks; sample ids are checked on every row, and two ids
+equal after NFKC normalisation and removing zero-width characters (`same` / `same\u200b`) are refused as lookalike
+duplicates. Metadata that is present but not a readable JSON object is a problem in every mode.
 Latencies and token counts must be finite, >= 0 and below MAX_MEASUREMENT; features finite or NaN (missing).
 A DataFrame given without metadata skips the metadata checks; a file without metadata is a problem when `strict`
 (`labels validate --strict`, the library default). Not strict (train-router, `labels validate`), the metadata
@@ -22,6 +24,7 @@ from .schema import (
     compute_labels, content_hash, escalate_col, failed_rows, strategies_in,
 )
 from ..sample import TASK_TYPES
+from .bounds import id_key
 
 MAX_EXAMPLES = 3
 MAX_MEASUREMENT = 1e9  # ms (11.6 days) or tokens: a latency or token count above this is not a measurement
@@ -112,6 +115,11 @@ def _row_problems(df, ok: np.ndarray) -> list[str]:
         dup = sid[sid.duplicated(keep=False) & ~empty]
         if len(dup):
             out.append(f"duplicate sample_id value(s) {_examples(sorted(set(dup.astype(str))))}")
+        keys = sid[~empty].astype(str).map(id_key)
+        alike = sid[~empty][keys.duplicated(keep=False) & ~sid[~empty].duplicated(keep=False)]
+        if len(alike):
+            out.append(f"lookalike sample_id value(s) {_examples(sorted(set(alike.astype(str))))}: "
+                       "equal after NFKC normalisation and removing zero-width characters; give them distinct ids")
     rows = df[ok]
     ids = rows["sample_id"] if "sample_id" in rows.columns else pd.Series(rows.index, index=rows.index)
     for c in map(str, rows.columns):
@@ -232,8 +240,8 @@ def inspect_labels(df_or_path, metadata: dict | None = None, *, strict: bool = T
     problems, meta_problems = [], []
     if isinstance(df_or_path, (str, Path)):
         df, file_meta, meta_problem = _read(df_or_path)
-        if meta_problem:
-            meta_problems.append(meta_problem)
+        if meta_problem:  # metadata present but unreadable: refused in every mode (train-router refuses it too)
+            problems.append(meta_problem)
         elif metadata is None:
             metadata = file_meta
         check_meta = not meta_problem

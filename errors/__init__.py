@@ -65,6 +65,11 @@ class BackendError(RoutedVLMError, RuntimeError):
     """A model backend (e.g. an OpenAI-compatible server) failed to answer a request."""
 
 
+class SideUnavailableError(BackendError):
+    """A model server did not answer after its retries (connection errors, timeouts, 5xx): an outage of that side,
+    not a failure of the request; a labelling run stops on it instead of recording the sample as failed."""
+
+
 class OutputLockedError(RoutedVLMError, RuntimeError):
     """Another live run holds the lock on an output (labelling)."""
 

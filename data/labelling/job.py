@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from routedvlm.errors import ConfigError
+from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from .config import LabelConfig, both_remote
 from .parts import PartStore
@@ -40,10 +40,11 @@ def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set,
     failed = table[table[ERROR_COLUMN].notna()]
     meta = {**metadata, "scorers": scorers_of(rows), "n_samples": len(table), "n_errors": len(failed),
             "completed_at": now_iso()}
-    _write_out(table, cfg.out, meta, store)
+    _write_out(table, store.out, meta, store)  # the resolved path: a symlinked output keeps its link
     store.remove()
     examples = [f"{i}: {e}" for i, e in zip(failed["sample_id"][:3], failed[ERROR_COLUMN][:3])]
-    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds)
+    return LabelSummary(str(cfg.out), len(table), labelled, len(failed), examples, time.time() - t0, label_seconds,
+                        outages=store.outages)
 
 
 def _write_out(table, out, meta: dict, store: PartStore) -> None:
@@ -144,7 +145,12 @@ def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -
     log.info("%d samples selected, %d already stored, %d to label", len(mine), len(mine) - len(todo), len(todo))
     seconds = 0.0
     if todo or metadata is None:
-        metadata, seconds = _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+        try:
+            metadata, seconds = _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+        except SideUnavailableError as exc:
+            kept = len(store.done_ids())
+            raise SideUnavailableError(f"{exc} The run stopped: {kept} labelled sample(s) are kept in {store.dir}; "
+                                       "rerun the same command with --resume once the server answers.") from None
     return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
 
 

@@ -28,6 +28,15 @@ LOCK = "lock"
 ORDER_COLUMN = "_position"  # the sample's position in the data set; parts only, dropped at merge
 PART_RE = re.compile(r"^part-(?P<n>\d+)(?:-(?P<sha>[0-9a-f]{64}))?\.parquet$")
 _NUMBERED = re.compile(r"^part-(?P<n>\d+)")
+# an `error` value that records a side's outage, not the sample's own failure: SideUnavailableError, or what runs
+# before it existed stored for a server that failed with a transport error or a retryable status after its retries
+_OUTAGE = re.compile(r"^(SideUnavailableError: |BackendError: The OpenAI-compatible server \S+ failed the .* after \d+ "
+                     r"attempt\(s\): (HTTP (408|409|429|5\d\d)|\w*(Connect|Read|Write|Pool|Protocol|Network|Timeout)\w*))")
+
+
+def is_outage(error) -> bool:
+    """Whether a stored `error` value records a side's outage (retried by --resume) rather than the sample's failure."""
+    return isinstance(error, str) and bool(_OUTAGE.match(error))
 
 
 def _sha256(path: Path) -> str:
@@ -48,7 +57,8 @@ class PartStore:
     """The parts folder of one output file."""
 
     def __init__(self, out) -> None:
-        self.out = Path(out)
+        self.out = Path(os.path.realpath(out))  # a symlinked output is locked and written at its target
+        self.outages = 0
         self.dir = self.out.with_name(self.out.name + ".parts")
         self.lock = RunLock(self.dir / LOCK, what=str(self.out))
         self._verified: dict[str, bool] = {}
@@ -137,8 +147,10 @@ class PartStore:
         return [p for p in self.part_files() if self._intact(p)]
 
     def read_parts(self) -> pd.DataFrame:
-        """All stored rows of intact parts (duplicates by sample_id dropped, first kept), in data set order."""
+        """All stored rows of intact parts (duplicates by sample_id dropped, first kept), in data set order. Rows
+        recording a side's outage (`is_outage`) are left out: their samples are labelled again."""
         frames = [pd.read_parquet(p) for p in self.intact_parts()]
+        frames = [f[~_outage_rows(f)] for f in frames if len(f)]
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame()
@@ -150,9 +162,13 @@ class PartStore:
         return df.sort_values(ORDER_COLUMN, kind="stable").reset_index(drop=True)
 
     def done_ids(self) -> set:
-        ids = set()
+        """Sample ids stored in intact parts, but for rows recording a side's outage (labelled again)."""
+        ids, self.outages = set(), 0
         for p in self.intact_parts():
-            ids.update(pd.read_parquet(p, columns=["sample_id"])["sample_id"].astype(str))
+            df = pd.read_parquet(p)
+            outage = _outage_rows(df)
+            self.outages += int(outage.sum())
+            ids.update(df["sample_id"][~outage].astype(str))
         return ids
 
     def _next_number(self) -> int:
@@ -203,3 +219,12 @@ class PartStore:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _outage_rows(df: pd.DataFrame):
+    """A boolean mask of `df`'s rows whose `error` records a side's outage."""
+    from ..labels.schema import ERROR_COLUMN
+
+    if ERROR_COLUMN not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df[ERROR_COLUMN].map(is_outage).astype(bool)

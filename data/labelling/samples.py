@@ -10,7 +10,9 @@ several samples in flight (`runner.py`) or on Ray (`ray_pool.py`), and merges th
 The text sent to the models, and stored as `question`, is `Sample.prompt`: the question through the prompt template
 (`--prompt-template`; default the adapter's: none for local data, lmms-eval's post prompts for the known
 benchmarks), which the metadata records as `prompt_template` (the router and RoutedVLM apply the same).
-A sample must have exactly one image; any failure is recorded in the `error` column and the run goes on.
+A sample must have exactly one image; a failure of the sample itself (an undecodable image, a request the model
+refuses) is recorded in the `error` column and the run goes on; a side's outage (`SideUnavailableError`: a server
+that still fails after its retries) stops the run instead, and the sample is labelled again by `--resume`.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from routedvlm.errors import SideUnavailableError
 from routedvlm.router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
 from ..labels.schema import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
 from ..loading import SampleSource
@@ -45,11 +48,13 @@ class LabelSummary:
     error_examples: list = field(default_factory=list)
     seconds: float = 0.0
     label_seconds: float = 0.0
+    outages: int = 0  # rows an earlier run stored for a side's outage, labelled again in this run
 
     def line(self) -> str:
         rate = self.labelled_now / self.label_seconds if self.label_seconds > 0 else 0.0
         text = (f"wrote {self.samples} samples to {self.out} ({self.labelled_now} labelled in this run, "
-                f"{rate:.2f} samples/s); {self.errors} failed")
+                f"{rate:.2f} samples/s); {self.outages} stored side outage(s) labelled again; {self.errors} failed "
+                "(the sample's own failure)")
         return text + (f": {'; '.join(self.error_examples)}" if self.error_examples else "")
 
 
@@ -143,7 +148,7 @@ def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stag
         row = {**_base_row(position, sample_id, sample, source_name),
                **label_sample(pipe, sample, cfg.strategies, cfg.threshold, stage_ms)}
         row[ERROR_COLUMN] = None
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, SideUnavailableError):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded per sample, the run goes on
         log.warning("sample %s failed: %s: %s", sample_id, type(exc).__name__, exc)

@@ -1,7 +1,8 @@
 """A small HTTP client for OpenAI-compatible chat completions: timeouts, retries with backoff, clear errors.
 
 Retries connection failures, timeouts, 408/409/429 and 5xx (exponential backoff with jitter, honouring
-`Retry-After`); other 4xx fail at once. Every `BackendError` names the server, the request (what it was for
+`Retry-After`), then raises `SideUnavailableError` (the server is down, not the request wrong); other 4xx fail at
+once with `BackendError`. Every `BackendError` names the server, the request (what it was for
 and its `x-request-id`) and the server's own error message.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import random
 import time
 import uuid
 
-from routedvlm.errors import BackendError, ConfigError
+from routedvlm.errors import BackendError, ConfigError, SideUnavailableError
 
 logger = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -46,7 +47,7 @@ class ChatClient:
                 resp = self._http.post(url, json=body, headers={"x-request-id": rid})
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if last:
-                    raise self._error(what, rid, f"{type(exc).__name__}: {exc}", attempt) from None
+                    raise self._error(what, rid, f"{type(exc).__name__}: {exc}", attempt, SideUnavailableError) from None
                 self._sleep(attempt, None, what, type(exc).__name__)
                 continue
             if resp.status_code == 200:
@@ -55,7 +56,8 @@ class ChatClient:
                 except ValueError:
                     raise self._error(what, rid, "the response is not JSON", attempt) from None
             if resp.status_code not in RETRY_STATUS or last:
-                raise self._error(what, rid, f"HTTP {resp.status_code}: {_server_message(resp)}", attempt)
+                kind = SideUnavailableError if resp.status_code in RETRY_STATUS else BackendError
+                raise self._error(what, rid, f"HTTP {resp.status_code}: {_server_message(resp)}", attempt, kind)
             self._sleep(attempt, resp.headers.get("retry-after"), what, f"HTTP {resp.status_code}")
         raise AssertionError("unreachable")
 
@@ -80,8 +82,8 @@ class ChatClient:
         logger.warning("%s at %s failed (%s); retrying in %.2f s", what, self.base_url, why, delay)
         time.sleep(delay)
 
-    def _error(self, what: str, rid: str, why: str, attempt: int) -> BackendError:
-        return BackendError(
+    def _error(self, what: str, rid: str, why: str, attempt: int, kind=BackendError) -> BackendError:
+        return kind(
             f"The OpenAI-compatible server {self.base_url} failed the {what} request (x-request-id {rid}) after "
             f"{attempt + 1} attempt(s): {why}. Check that the server is running and serves this model."
         )

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_PAGE = "reference/cli.md"
 # the public face documented on the API pages: (page, package, one line)
 API_PACKAGES = [
+    ("reference/api/index.md", "routedvlm", "The package face: `from routedvlm import ...`."),
     ("reference/api/inference.md", "routedvlm.inference", "Models, the collaborative pipeline, RoutedVLM."),
     ("reference/api/router.md", "routedvlm.router", "Routers: load, decide, the policy file."),
     ("reference/api/training.md", "routedvlm.training", "train-router as a library."),
@@ -28,6 +29,8 @@ API_PACKAGES = [
 ]
 # routedvlm.data keeps its names in its subpackages; they are documented on the data page
 DATA_SUBPACKAGES = ["routedvlm.data.labels", "routedvlm.data.labelling", "routedvlm.data.scorers"]
+# entry points of a package that exports nothing at package level, found in whichever of its modules defines them
+ENTRY_POINTS = {"routedvlm.training": ["train_router", "TrainConfig"]}
 GENERATED_PAGES = [CLI_PAGE] + [page for page, _, _ in API_PACKAGES]
 
 
@@ -99,11 +102,33 @@ def _public_names(module) -> list[str]:
     return sorted(names)
 
 
+def _defined_in(package: str, name: str) -> str:
+    """The module of `package` that defines `name` (read from the source, nothing imported)."""
+    import ast
+
+    folder = Path(importlib.import_module(package).__path__[0])
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                rel = path.relative_to(folder).with_suffix("")
+                parts = [p for p in rel.parts if p != "__init__"]
+                return ".".join([package, *parts])
+    raise LookupError(f"{name} is defined nowhere in {package} ({folder}); update ENTRY_POINTS in {__file__}")
+
+
 def _package_section(package: str, level: str) -> list[str]:
     module = importlib.import_module(package)
     doc = inspect.getdoc(module) or ""
     parts = [f"{level} `{package}`", doc]
-    for name in _public_names(module):
+    names = _public_names(module)
+    if not names and package in ENTRY_POINTS:
+        for name in ENTRY_POINTS[package]:
+            parts.append(f"{level}# `{name}`\n\nDefined in `{_defined_in(package, name)}`.\n\n"
+                         f"::: {_defined_in(package, name)}.{name}\n"
+                         "    options:\n      show_root_heading: false\n      show_root_toc_entry: false")
+    if not names and package == "routedvlm":
+        parts.append("The package face exports nothing yet: import from the subpackages below.")
+    for name in names:
         obj = getattr(module, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
             where = obj.__module__
@@ -119,7 +144,7 @@ def _package_section(package: str, level: str) -> list[str]:
 
 def api_markdown(package: str, summary: str) -> str:
     parts = [f"# `{package}`", summary + " Generated from the docstrings of the names the package exports."]
-    parts += _package_section(package, "##")[1:]
+    parts += _package_section(package, "#")[1:]
     if package == "routedvlm.data":
         for sub in DATA_SUBPACKAGES:
             parts += _package_section(sub, "##")
@@ -128,28 +153,34 @@ def api_markdown(package: str, summary: str) -> str:
 
 def source_tree() -> Path:
     """A `routedvlm/` tree of links to the package folders (pyproject's package-dir), for griffe's static reader."""
+    import shutil
     import tomllib
 
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-dir", {})
     tree = ROOT / "build" / "docs-src"
     top = tree / "routedvlm"
-    if top.is_symlink() or top.is_file():
+    if top.is_symlink():
         top.unlink()
-    top.mkdir(parents=True, exist_ok=True)
-    for link in top.iterdir():
-        if link.is_symlink():
-            link.unlink()
-    if "routedvlm" in mapping:  # the whole package lives in one folder
-        top.rmdir()
-        top.symlink_to(ROOT / mapping["routedvlm"], target_is_directory=True)
-        return tree
-    for name, folder in mapping.items():
-        parts = name.split(".")
-        if len(parts) == 2:
-            (top / parts[1]).symlink_to(ROOT / folder, target_is_directory=True)
+    shutil.rmtree(top, ignore_errors=True)
+    top.mkdir(parents=True)
+    subpackages = {name.split(".")[1]: ROOT / folder for name, folder in mapping.items() if name.count(".") == 1}
+    if "routedvlm" in mapping:  # the package face's own folder (its __init__.py and any modules beside it)
+        for entry in (ROOT / mapping["routedvlm"]).iterdir():
+            if entry.name not in subpackages and entry.name != "__pycache__":
+                (top / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    for name, folder in subpackages.items():
+        (top / name).symlink_to(folder, target_is_directory=True)
     return tree
 
 
+try:
+    from mkdocs.plugins import event_priority
+except ImportError:  # the tests read GENERATED_PAGES without mkdocs
+    def event_priority(priority):
+        return lambda f: f
+
+
+@event_priority(100)  # before mkdocstrings reads its `paths`
 def on_config(config, **kwargs):
     source_tree()
     return config

@@ -17,15 +17,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generated_pages() -> list[str]:
-    """The reference pages tools/docs_gen.py generates at build time (read from the hook, not repeated here)."""
+def _docs_gen():
+    """tools/docs_gen.py, the mkdocs hook that generates the reference pages (loaded by path: tools/ is not installed)."""
     spec = importlib.util.spec_from_file_location("docs_gen", ROOT / "tools" / "docs_gen.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.GENERATED_PAGES
+    return module
 
 
-GENERATED_PAGES = _generated_pages()
+DOCS_GEN = _docs_gen()
+GENERATED_PAGES = DOCS_GEN.GENERATED_PAGES
 README = ROOT / "README.md"
 MAX_README_LINES = 250
 FIRST_SCREEN = 25  # lines
@@ -96,6 +97,17 @@ def test_every_nav_page_exists_and_every_page_is_in_the_nav():
     on_disk = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")}
     assert on_disk - set(nav) == set(), "pages in docs/ that no nav entry reaches"
     assert set(GENERATED_PAGES) <= set(nav), "a generated reference page is missing from the nav"
+
+
+def test_cli_reference_is_generated_from_every_commands_parser():
+    from routedvlm.training.cli import COMMANDS
+
+    page = DOCS_GEN.cli_markdown()
+    for name in COMMANDS:
+        assert re.search(rf"^## routedvlm {name}\b", page, flags=re.M), f"no section for `routedvlm {name}`"
+    # nested commands (a subparser, and a second parser the command dispatches to) and real flags come through
+    assert "### routedvlm labels validate" in page and "### routedvlm label merge" in page
+    assert "usage: train-router" in page and "--target-accuracy" in page and "usage: routedvlm serve" in page
 
 
 def test_every_benchmark_table_names_its_command_date_commit_and_load():

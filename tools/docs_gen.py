@@ -151,12 +151,22 @@ def api_markdown(package: str, summary: str) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
+def package_dirs() -> dict[str, str]:
+    """pyproject.toml's `[tool.setuptools.package-dir]`: package name -> folder (tomllib needs Python 3.11)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the table is plain `"name" = "folder"` lines
+        section = text.split("[tool.setuptools.package-dir]", 1)[1].split("\n[", 1)[0]
+        return dict(re.findall(r'^"([\w.]+)"\s*=\s*"([^"]+)"', section, flags=re.M))
+    return tomllib.loads(text)["tool"]["setuptools"].get("package-dir", {})
+
+
 def source_tree() -> Path:
     """A `routedvlm/` tree of links to the package folders (pyproject's package-dir), for griffe's static reader."""
     import shutil
-    import tomllib
 
-    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-dir", {})
+    mapping = package_dirs()
     tree = ROOT / "build" / "docs-src"
     top = tree / "routedvlm"
     if top.is_symlink():

@@ -8,24 +8,25 @@ listens at once, /ready and the /v1 routes answer 503 until they are loaded. A b
 `limits.max_body_bytes` (then 413); JSON and image decoding and the model calls run in worker threads, so the
 event loop keeps answering probes. One lock serialises the calls of local models (they share one device). More
 than `max_queued` chat requests at once are answered 503 + Retry-After; each request's model calls stop at its
-deadline (`request_timeout`, 504). Connection limits and timeouts: guards.py (set up by cli.py).
+deadline (`request_timeout`, 504). Connection limits and timeouts: guards.py (set up by cli.py); the API key:
+auth.py; reading a body and the error a failure becomes: bodies.py.
 No `from __future__ import annotations` here: FastAPI reads the handlers' annotations at runtime.
 """
 import asyncio
-import hmac
-import json
 import logging
 import threading
 import time
 
 from .. import deadline
+from .auth import KeyCheck
+from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import run_plain, run_routed, stream_runner
 from .completions import Chunks, context_of, route_headers, route_info, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
 from .openapi import openapi_document
 from .prompt_check import neutralise, special_pattern
-from .protocol import APIError, Limits, check_context, parse_chat_request
+from .protocol import APIError, Limits, check_context
 
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
@@ -69,31 +70,6 @@ class Serving:
 
     def router_healthy(self) -> bool:
         return self.routed is not None and self.routed.health()["router_healthy"]
-
-
-class KeyCheck:
-    """ASGI middleware: the /v1 routes need `Authorization: Bearer <key>` (the scheme in any case, RFC 9110), sent
-    once; the probes, /metrics and /openapi.json do not."""
-
-    def __init__(self, app, key: str):
-        self.app, self.expected = app, key.encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1"):
-            given = [v for k, v in scope.get("headers") or [] if k == b"authorization"]
-            scheme, _, token = (given[0] if given else b"").strip().partition(b" ")
-            exc = None
-            if len(given) > 1:
-                exc = APIError(400, "The request has more than one Authorization header; send exactly one.",
-                               code="duplicate_authorization")
-            elif scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.expected):
-                exc = APIError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
-            if exc is not None:
-                from fastapi.responses import JSONResponse
-
-                await JSONResponse(exc.body(), status_code=exc.status)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm",
@@ -296,68 +272,6 @@ class ChatHandler:
 
         headers = {**route_headers(value["strategy"], value["keep_tokens"]), "cache-control": "no-cache"}
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
-
-
-async def read_body(request, limit: int) -> bytearray:
-    """The request body, refused (413) as soon as it is known to pass `limit` bytes: before reading, from its
-    Content-Length, or while reading a body without one."""
-    too_large = APIError(413, f"The request body is larger than this server's limit of {limit} bytes "
-                              "(routedvlm serve --max-body-bytes).", code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_large
-    body = bytearray()  # one growing buffer: no list of chunks plus a joined copy
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise too_large
-        body += chunk
-    return body
-
-
-def parse_body(raw, limits: Limits, models, served_model: str):
-    """JSON + request validation + image decoding (run in a worker thread)."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise APIError(400, "The request body is not valid JSON.", code="invalid_json") from None
-    except RecursionError:
-        raise APIError(400, "The request body nests JSON too deeply to parse; send a flat chat request.",
-                       code="invalid_json") from None
-    return parse_chat_request(body, limits, models, routed_model=served_model)
-
-
-def trim_heap() -> None:
-    """Return freed heap memory to the OS (glibc keeps the pages of large freed buffers otherwise)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
-def api_error(exc: BaseException) -> APIError:
-    """The OpenAI-shaped error for a failure: 4xx for bad input, 500 (logged) for anything else."""
-    from starlette.requests import ClientDisconnect
-
-    from routedvlm.errors import InputError
-
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, ClientDisconnect):  # nobody reads the answer; counted as nginx's 499, not an error
-        logger.info("a client disconnected before sending its whole request body")
-        return APIError(499, "The client disconnected before sending the whole request.", code="client_closed_request")
-    if isinstance(exc, deadline.DeadlineExceeded):
-        logger.warning("%s", exc)
-        return APIError(504, str(exc), type="server_error", code="request_timeout")
-    if isinstance(exc, deadline.ShuttingDown):
-        return APIError(503, str(exc), type="server_error", code="shutting_down")
-    if isinstance(exc, InputError):
-        return APIError(400, str(exc), param="messages", code=getattr(exc, "code", "invalid_input"))
-    logger.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
-    return APIError(500, f"The model failed on this request ({type(exc).__name__}: {exc}).", type="server_error",
-                    code="model_error")
 
 
 def _check_routed_context(routed, req) -> None:

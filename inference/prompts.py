@@ -35,10 +35,13 @@ def default_instruction(task_type: str) -> str:
 
 def _format_problems(text: str) -> list[str]:
     try:
-        names = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
     except ValueError as exc:
         return [f"it is not a valid format string ({exc}); write literal braces as '{{{{' and '}}}}'"]
+    names = {f for f, _, _ in parsed}
     out = [] if "question" in names else ["it must contain the placeholder {question}"]
+    if any(spec or conv for _, spec, conv in parsed):  # `{question:>999999999}` would allocate gigabytes
+        out.append("a placeholder carries a conversion or format spec ('!r', ':>80'); write plain {question}")
     unknown = sorted(names - set(PLACEHOLDERS))
     if unknown:
         out.append(f"unknown placeholder(s) {unknown}; the placeholders are {{{'}, {'.join(PLACEHOLDERS)}}}")

@@ -81,15 +81,18 @@ class RoutedVLM:
         self.pipeline = pipeline
         self.fallback = _load_fallback(fallback)
         self.router, self.router_error = None, None
+        template = None
         try:
-            self.router = attach_router(load_router(router, tracking_uri=tracking_uri), pipeline)
+            loaded = attach_router(load_router(router, tracking_uri=tracking_uri), pipeline)
+            if prompt_template is None:  # the router's recorded template: a bad one fails the router, not the caller
+                template = PromptTemplate.parse(getattr(getattr(loaded, "policy", None), "prompt_template", None))
+            self.router = loaded
         except Exception as exc:
             self.router_error = f"{type(exc).__name__}: {exc}"
             logger.warning("router %r failed to load (%s); every request uses the fallback %s",
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
-        recorded = getattr(getattr(self.router, "policy", None), "prompt_template", None)
-        self.prompt_template = PromptTemplate.parse(recorded if prompt_template is None else prompt_template)
+        self.prompt_template = template or PromptTemplate.parse(prompt_template)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
         remote = all(getattr(side, "remote", False) for side in (pipeline.small, pipeline.large))
         self.lock = contextlib.nullcontext() if remote else threading.RLock()  # HTTP sides keep no model state

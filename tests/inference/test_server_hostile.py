@@ -196,3 +196,20 @@ def test_a_request_past_its_deadline_is_a_504_and_a_stopping_server_a_503(routed
     with pytest.raises(deadline.ShuttingDown) as info:
         run_routed(routed, req, Limits(), None, stopping)
     assert api_error(info.value).status == 503 and api_error(info.value).code == "shutting_down"
+
+
+@pytest.mark.parametrize("template", ["{question.__class__}", "No question here.", "{question:>999999999}",
+                                      "{question!r}"])
+def test_a_router_with_a_bad_prompt_template_falls_back(tiny_pair, make_pipeline, tmp_path, template):
+    """A recorded template that escapes {question}, lacks it or would allocate gigabytes fails the router (the
+    fallback answers, the template is 'none'), not the process: before, `serve` exited 2."""
+    from routed_helpers import save_prompt_router
+
+    from routedvlm.inference.routed import RoutedVLM
+
+    folder = save_prompt_router(tmp_path / "router", prompt_template={"name": "custom", "text": template,
+                                                                      "instructions": None})
+    vlm = RoutedVLM(make_pipeline(*tiny_pair), str(folder))
+    assert vlm.router is None and vlm.router_error.startswith("ConfigError: The custom prompt template")
+    assert vlm.prompt_template.name == "none" and vlm.health()["router_fallback"] is True
+    assert vlm.generate(question="Hi?").fallback is True

@@ -43,6 +43,12 @@ class LightGBMRouter(Router):
                 f"LightGBM models must use the policy's {n} features {policy.features}; "
                 f"these use another number: {wrong}. Retrain with the same feature list."
             )
+        misnamed = {s: b.feature_name() for s, b in boosters.items()
+                    if not _generic(b.feature_name()) and b.feature_name() != list(policy.features)}
+        if misnamed:  # a reordered list would feed every feature into another's splits
+            s, names = next(iter(sorted(misnamed.items())))
+            raise RouterError(f"The LightGBM model of {s!r} was trained on the features {names}, in that order, but "
+                              f"policy.json lists {policy.features}. Re-export the router with train-router.")
         self.boosters = boosters
         self.constants = constants
         super().__init__(policy)
@@ -104,6 +110,8 @@ class LightGBMRouter(Router):
 
         from .integrity import read_verified
 
+        if policy.format_version >= 2:  # a damaged file whose digest was re-computed must not abort or hang us
+            cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())))
         boosters = {}
         for s, f in policy.params.get("model_files", {}).items():
             try:
@@ -111,6 +119,11 @@ class LightGBMRouter(Router):
             except (lightgbm.basic.LightGBMError, UnicodeDecodeError) as exc:
                 raise RouterLoadError(f"{directory / f} is not a readable LightGBM text model ({exc}).") from None
         return cls(policy, boosters)
+
+
+def _generic(names) -> bool:
+    """Whether LightGBM feature names are its defaults (a model trained on an unnamed matrix)."""
+    return all(name == f"Column_{i}" for i, name in enumerate(names))
 
 
 def _num(v):

@@ -56,6 +56,19 @@ def test_every_kind_of_damage_is_a_clean_load_error(lgbm_router, tmp_path):
     assert "Tree=0 is not a tree (a child link loops" in legacy["child_cycle"]["message"]
 
 
+def test_damage_with_recomputed_digests_is_parsed_in_the_child_check_too(lgbm_router, tmp_path):
+    """The digest proves integrity, not sanity: a format-2 router whose damaged LightGBM file carries a matching
+    sha256 is parsed in the child process first, so no kind of damage kills or hangs the loading process."""
+    folder = lgbm_router.save(tmp_path / "r")
+    results = {r["kind"]: r for r in _harness(folder, tmp_path / "scratch", [[k, MODEL, "rehash"] for k in LIGHTGBM])}
+    assert len(results) == len(LIGHTGBM)
+    refused = {k for k, r in results.items() if r.get("error") == "RouterLoadError"}
+    assert refused >= {"truncated", "empty", "binary_garbage", "child_cycle", "child_index_out_of_range",
+                       "split_feature_out_of_range", "huge_num_leaves", "wrong_tree_sizes", "deleted_line"}, results
+    assert all(r.get("loaded") or k in refused for k, r in results.items()), results
+    assert "is not a tree (a child link loops" in results["child_cycle"]["message"]
+
+
 def test_paths_that_leave_the_router_folder_are_refused_before_reading(lgbm_router, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("not a model")

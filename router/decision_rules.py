@@ -22,6 +22,7 @@ from .strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, is_strategy, t
 AGREE_FEATURE = "feat__large_direct+small_direct__agree"
 RULE_NAMES = ("binary", "fixed", "lagrangian", "mutual-verification", "tau")
 MODEL_RULES = ("binary", "lagrangian", "tau")
+MAX_LAMBDA = 1e3  # accuracy per ms: beyond it every cost difference outweighs every probability (train-router: <= 10 / c_max)
 EXTRA_KEYS = {"tau": (), "lagrangian": (), "binary": ("accept", "escalate"),
               "mutual-verification": ("keep_tokens", "accept", "escalate"), "fixed": ("strategy",)}
 
@@ -90,11 +91,22 @@ def rule_problems(rule, strategies) -> list[str]:
     param = rule.get("param")
     if name in MODEL_RULES and not _finite(param):
         out.append(f"`rule['param']` of a {name!r} rule must be a finite number. Got {param!r}.")
-    elif name == "lagrangian" and param < 0:
-        out.append(f"`rule['param']` (lambda) of a 'lagrangian' rule must be >= 0. Got {param!r}.")
+    elif name == "lagrangian" and not 0 <= param <= MAX_LAMBDA:
+        out.append(f"`rule['param']` (lambda, accuracy per ms) of a 'lagrangian' rule must be in [0, {MAX_LAMBDA:g}]. "
+                   f"Got {param!r}.")
+    elif name == "binary" and not 0 <= param <= 1:
+        out.append(f"`rule['param']` (theta, a probability) of a 'binary' rule must be in [0, 1]. Got {param!r}.")
     for key in ("accept", "escalate", "strategy"):
         if key in rule and not is_strategy(rule[key]):
             out.append(f"`rule[{key!r}]` must be a strategy id such as 'large_reason'. Got {rule[key]!r}.")
+        elif key in rule and rule[key] not in strategies:
+            out.append(f"`rule[{key!r}]` must be a candidate strategy ({one_of(strategies)}). Got {rule[key]!r}.")
+    k = rule.get("keep_tokens")
+    if name == "mutual-verification" and (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0)):
+        out.append(f"`rule['keep_tokens']` must be a positive integer or None (all). Got {k!r}.")
+    elif name == "mutual-verification" and is_strategy(rule.get("escalate")) and rule.get("escalate") != transfer_id(k):
+        out.append(f"`rule['escalate']` of a mutual-verification rule keeping {k} tokens must be {transfer_id(k)!r}. "
+                   f"Got {rule.get('escalate')!r}.")
     if name == "binary" and rule.get("accept") not in strategies:
         out.append(f"`rule['accept']` of a binary rule must be a candidate strategy ({one_of(strategies)}), "
                    f"whose P(correct) it reads. Got {rule.get('accept')!r}.")

@@ -118,7 +118,12 @@ class LightGBMRouter(Router):
                 boosters[s] = lightgbm.Booster(model_str=read_verified(policy, directory, f).decode())
             except (lightgbm.basic.LightGBMError, UnicodeDecodeError) as exc:
                 raise RouterLoadError(f"{directory / f} is not a readable LightGBM text model ({exc}).") from None
-        return cls(policy, boosters)
+        try:
+            return cls(policy, boosters)
+        except RouterLoadError:
+            raise
+        except RouterError as exc:  # the models disagree with policy.json
+            raise RouterLoadError(f"{directory}: {exc}") from None
 
 
 def _generic(names) -> bool:

@@ -29,6 +29,7 @@ MODES = ("cascade", "one-shot")
 PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
 TARGET_KINDS = ("accuracy", "latency_ms", "min_accuracy")
 CERTIFICATE_KEYS = ("bound", "delta", "method", "n")
+MAX_CALIBRATION_ROWS = 10**8  # far above any labels set (labels reading stops at 2e6 rows by default)
 PROMPT_TEMPLATES = ("custom", "lmms-eval", "none")  # routedvlm.inference.prompts.TEMPLATE_NAMES
 
 
@@ -174,11 +175,15 @@ class Policy:
         if unpaid:
             out.append(f"`rule` {self.rule['name']!r} needs stage(s) {unpaid} before deciding; they are not in "
                        f"`paid_stages` {self.paid_stages}. Add them there (mode 'cascade').")
+        if uses_model(self.decision_rule) and self.fallback not in self.strategies:
+            out.append(f"`fallback` {self.fallback!r} of a learned rule must be a candidate ({one_of(self.strategies)}).")
         c = self.certificate
         if isinstance(c, dict) and c:
             missing = [k for k in CERTIFICATE_KEYS if k not in c]
             if missing:
                 out.append(f"`certificate` lacks {missing}; a certificate records {list(CERTIFICATE_KEYS)}.")
+            else:
+                out += _certificate_problems(c, uses_model(self.decision_rule))
         return out
 
     @property
@@ -272,6 +277,25 @@ class Policy:
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise RouterLoadError(f"{path} is not readable JSON ({exc}). Re-export the router with train-router.") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _certificate_problems(c: dict, learned: bool) -> list[str]:
+    """The certificate's numbers against their meaning (training/calibration/certify.py writes them)."""
+    out, n, bound, delta = [], c["n"], c["bound"], c["delta"]
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_CALIBRATION_ROWS:
+        out.append(f"`certificate['n']` (calibration rows) must be an integer in [0, {MAX_CALIBRATION_ROWS}]. Got {n!r}.")
+    if bound is not None and not (_finite_nonneg(bound) and bound <= 1):
+        out.append(f"`certificate['bound']` must be None or a number in [0, 1]. Got {bound!r}.")
+    if delta is not None and not (_finite_nonneg(delta) and 0 < delta < 1):
+        out.append(f"`certificate['delta']` must be None or a number in (0, 1). Got {delta!r}.")
+    losses = c.get("losses")
+    if losses is not None and isinstance(n, int) and (isinstance(losses, bool) or not isinstance(losses, int)
+                                                      or not 0 <= losses <= n):
+        out.append(f"`certificate['losses']` must be an integer in [0, n = {n}]. Got {losses!r}.")
+    if c.get("feasible") is False and bound is not None and learned:
+        out.append("`certificate` says the target is infeasible, yet the rule is a learned one: an infeasible "
+                   "calibration falls back to a fixed strategy. Re-export the router with train-router.")
+    return out
 
 
 def _template_problems(t) -> list[str]:

@@ -99,7 +99,8 @@ def test_invalid_rules_are_named(lgbm_router):
     with pytest.raises(RouterError, match=r"`rule\['name'\]` must be 'binary', 'fixed', 'lagrangian', "
                                           r"'mutual-verification' or 'tau'\. Got 'greedy'\."):
         Policy.from_dict({**data, "rule": {"name": "greedy"}})
-    with pytest.raises(RouterError, match=r"`rule\['param'\]` \(lambda\) of a 'lagrangian' rule must be >= 0"):
+    with pytest.raises(RouterError, match=r"`rule\['param'\]` \(lambda, accuracy per ms\) of a 'lagrangian' rule must be in "
+                                          r"\[0, 1000\]\. Got -1\.0\."):
         Policy.from_dict({**data, "rule": lagrangian_rule(-1.0)})
     with pytest.raises(RouterError, match=r"needs stage\(s\) \['small_direct'\] before deciding"):
         Policy.from_dict({**data, "paid_stages": ["large_direct"], "features": data["features"][:2],

@@ -6,6 +6,7 @@ MLflow URIs download the router folder artifact; nothing is unpickled.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,8 +31,12 @@ def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
     if isinstance(path_or_uri, Router):
         return path_or_uri
     text = str(path_or_uri)
-    if text.startswith(MLFLOW_SCHEMES):
-        return load_folder(download_router(text, tracking_uri=tracking_uri))
+    if text.startswith(MLFLOW_SCHEMES):  # downloaded into a temp folder, removed once loaded (routers load eagerly)
+        dst = tempfile.mkdtemp(prefix="routedvlm-router-")
+        try:
+            return load_folder(download_router(text, tracking_uri=tracking_uri, dst=dst))
+        finally:
+            shutil.rmtree(dst, ignore_errors=True)
     if Path(text).is_dir():
         return load_folder(text)
     rule, _, k = text.partition(":")

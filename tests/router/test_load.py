@@ -68,9 +68,17 @@ def test_mlflow_log_register_alias_load(lgbm_router, feature_table, tmp_path, mo
     assert (tmp_path / "mlruns" / "artifacts").is_dir()  # artifacts stay beside the sqlite store
 
     expected = [d.to_dict() for d in lgbm_router.decide_batch(feature_table)]
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     for source in (f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}", f"models:/{DEFAULT_MODEL_NAME}/{version}", info.model_uri):
         loaded = load_router(source, tracking_uri=uri)
         assert [d.to_dict() for d in loaded.decide_batch(feature_table)] == expected, source
+    assert not list(scratch.glob("routedvlm-router-*"))  # each download's temp folder removed once loaded
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
     pyfunc = mlflow.pyfunc.load_model(f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}")
     out = pyfunc.predict(feature_table.head(5))
     assert list(out.columns) == ["strategy", "keep_tokens", "p_correct"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "VLM": "vlm",
+    "VLM": "sides.local",
     "CollaborativePipeline": "pipeline",
     "PipelineConfig": "pipeline_parts",
     "Result": "pipeline_parts",
@@ -22,7 +22,9 @@ _LAZY = {
     "PromptTemplate": "prompts",
     "RoutedVLM": "routed",
     "RoutedOutput": "policy_runner",
-    "OpenAIVLM": "backends.openai_backend",
+    "OpenAIVLM": "sides.openai",
+    "ModelSide": "sides.base",
+    "load_side": "sides",
 }
 __all__ = sorted(_LAZY)
 

@@ -1,5 +1,6 @@
-"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM; `serving/` (the
-server) and `profiling/` (latency profiles) are subpackages.
+"""routedvlm.inference — model sides (`sides/`: the `ModelSide` interface, the local `VLM`, the HTTP `OpenAIVLM`),
+stages, selectors, the collaborative pipeline, RoutedVLM; `serving/` (the server) and `profiling/` (latency
+profiles) are subpackages.
 
 Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
 """

@@ -5,7 +5,6 @@ found in the local cache), else `sha256:` over the names and bytes of its weight
 """
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import platform
 import re
@@ -97,5 +96,4 @@ def library_versions() -> dict:
     return out
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+

@@ -63,19 +63,19 @@ def open_source(cfg: LabelConfig):
     source = SampleSource(cfg.dataset, cfg.dataset_config, cfg.split, cfg.adapter, cfg.limit)
     local, base_dir, config = Path(source.dataset).expanduser(), None, source.config
     if local.exists():
-        ds, split = loading._open_local(local, source.split)
+        ds, split = loading.open_local(local, source.split)
         adapter = resolve_adapter(source.dataset, source.adapter, config=config, columns=ds.column_names)
         base_dir = local.parent if local.is_file() else local
     else:
         adapter = resolve_adapter(source.dataset, source.adapter, config=config)
-        ds, config, split = loading._open_hub(source.dataset, adapter, config, source.split)
+        ds, config, split = loading.open_hub(source.dataset, adapter, config, source.split)
     missing = adapter.missing_columns(ds.column_names)
     if missing:
         from routedvlm.errors import DatasetError
 
         raise DatasetError(f"Data set {source.dataset!r} lacks columns adapter {adapter.name!r} needs: {missing}; "
                            f"found {sorted(ds.column_names)}. Pass --adapter or rename the columns.")
-    positions = loading._select(ds, adapter, split, None, source.limit)
+    positions = loading.select_rows(ds, adapter, split, None, source.limit)
     id_col = adapter.column("id", ds.column_names)
     ids = [str(v) for v in ds[id_col]] if id_col else None
     keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
@@ -85,7 +85,7 @@ def open_source(cfg: LabelConfig):
 
     def load(position: int, sample_id: str):
         sample = row_to_sample(adapter, ds[int(position)], sample_id)
-        sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.images = [loading.load_sample_image(img, base_dir, sample_id) for img in sample.images]
         sample.template = template
         sample.dataset = name if adapter.name == "local" else sample.dataset
         return sample
@@ -200,8 +200,10 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
     from dataclasses import asdict
 
+    from routedvlm.router.provenance import now_iso
+
     from ..adapters import get_adapter
-    from .metadata import library_versions, now_iso, scale_info, side_info
+    from .metadata import library_versions, scale_info, side_info
 
     models = {side: side_info(getattr(pipe, side)) for side in ("small", "large")}
     remote = [side for side in ("small", "large") if "server" in models[side]]  # sides measured over HTTP

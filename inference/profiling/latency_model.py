@@ -23,6 +23,7 @@ import pathlib
 import statistics
 
 from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.provenance import sha256_file
 
 FIT_COMPONENTS = ("preprocess", "vision", "prefill", "decode")
 # component -> (x column in its measurements, y column)
@@ -124,10 +125,8 @@ def decode_sum_ms(fit: LinearFit, n_steps: int, context_len: int) -> float:
 def profile_hash(profile_json) -> str:
     """sha256 of the profile file's bytes (or of the canonical JSON of a dict): recorded in labels' metadata."""
     if isinstance(profile_json, dict):
-        data = json.dumps(profile_json, sort_keys=True).encode()
-    else:
-        data = pathlib.Path(profile_json).read_bytes()
-    return hashlib.sha256(data).hexdigest()
+        return hashlib.sha256(json.dumps(profile_json, sort_keys=True).encode()).hexdigest()
+    return sha256_file(profile_json)
 
 
 def read_profile(profile_json) -> dict:

@@ -165,13 +165,13 @@ def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: 
 
 def assemble(settings: ProfileSettings, entries: dict, hardware: dict, crossovers: bool = True) -> dict:
     """The profile.json content for the measured `entries` ({name: model_entry})."""
-    import datetime
+    from routedvlm.router.provenance import now_iso
 
     from .crossover import crossover_points
 
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": now_iso(),
         "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }

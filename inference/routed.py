@@ -37,9 +37,7 @@ def attach_router(router, pipeline):
         attach(pipeline)
     layers = getattr(router, "hidden_layers", None)
     if layers:
-        from .hidden import enable_capture
-
-        enable_capture(pipeline.large.model, layers)
+        pipeline.large.capture_hidden(layers)
     return router
 
 

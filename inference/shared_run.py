@@ -115,7 +115,7 @@ class SharedRun:
             gen, large = cache.generate(inputs, "large_transfer", self.pipe.large.mode_name("direct"),
                                         max_new_tokens=self.cfg.max_direct_tokens,
                                         min_new_tokens=self.cfg.min_new_tokens, upcoming=upcoming)
-            ans = self.pipe.large.clean_answer(gen.token_ids)
+            ans = self.pipe.large.answer_text(gen.token_ids, "direct")
         large[-1]["keep_tokens"] = n_kept
         trace = [*_small_records_for(rr, k, self.pipe.selector_name), *large[:-1], *sel_records, large[-1]]
         return Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,

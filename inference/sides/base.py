@@ -116,6 +116,12 @@ class ModelSide(abc.ABC):
         """Whether a call stopped at its token budget rather than at an end of sequence."""
         return bool(gen.token_ids) and len(gen.token_ids) >= budget
 
+    def capture_hidden(self, layers) -> None:
+        """From now on, capture the outputs of decoder `layers` in every call (`Generation.hidden`); only sides with
+        `returns_hidden_states`."""
+        raise ModeUnavailableError(f"{self.name!r} returns no hidden states; the self-probe router needs a side "
+                                   "that does (a local model).")
+
     def context_length(self) -> int | None:
         """Prompt + output tokens the side accepts (None: unknown)."""
         return None

@@ -147,6 +147,11 @@ class VLM(ModelSide):
         return {"name": str(self.name), "dtype": str(self.model.dtype).replace("torch.", ""), "device": self.loaded_on or str(self.device),
                 "weights": str(self.name)}
 
+    def capture_hidden(self, layers) -> None:
+        from ..hidden import enable_capture
+
+        enable_capture(self.model, layers)
+
     def context_length(self) -> int | None:
         """The position limit of the text model (None when its config has none)."""
         config = getattr(self.model, "config", None)

@@ -46,8 +46,9 @@ def test_direct_answer_equals_the_local_models_and_reads_back(sides, images):
     ref_gen, ref_answer, _ = ref.run_direct("small", make_request(images["wide"], Q, None), CFG)
     assert answer == ref_answer and gen.output_tokens == ref_gen.output_tokens
     assert isinstance(records, list) and RECORD_KEYS <= set(records[-1]) and records[-1]["stage"] == "small_direct"
-    assert small.answer_text(gen.token_ids, "direct") == answer
-    assert small.decode(gen.token_ids).strip().startswith(answer.split(" ")[0]) or not answer
+    read_back = small.answer_text(gen.token_ids, "direct")
+    # an HTTP side reads the server's token strings, which keep special tokens its message content leaves out
+    assert read_back == answer if kind == "local" else read_back.endswith(answer)
     assert small.hit_limit(gen, CFG.max_direct_tokens) is ref.hit_limit(ref_gen, CFG.max_direct_tokens)
 
 
@@ -105,3 +106,111 @@ def test_load_side_dispatches_on_the_spec(tiny_pair):
 
     remote = load_side("http://127.0.0.1:9/v1#m")
     assert isinstance(remote, OpenAIVLM) and remote.model_id == "m"
+
+
+# ----- a third implementation fits without new branches -------------------------------------------------------------
+class WordSide(ModelSide):
+    """A side written against the interface alone (no torch, no HTTP): tokens are words, answers are canned.
+    It reasons "step1 step2 ..." and answers with the number of reasoning words it was shown."""
+
+    stateful = False
+
+    def __init__(self, name, reasoning_words=12):
+        from routedvlm.inference.prompts import DEFAULT_PROMPTS
+
+        self.name, self.style, self.reasoner, self.prompts, self.reason_prompt = name, "hybrid", None, DEFAULT_PROMPTS, True
+        self.words = [f"step{i}" for i in range(1, reasoning_words + 1)]
+
+    device = "words"
+
+    def describe(self):
+        return {"name": self.name, "dtype": None, "device": "words", "weights": None}
+
+    def _gen(self, tokens):
+        from routedvlm.inference.generation import Generation
+
+        return Generation(list(tokens), [-0.5] * len(tokens), 0.1, [float(i) for i in range(len(tokens))], 0.0, 1.0,
+                          float(len(tokens)), 8, 0)
+
+    def _answer(self, side, stage, question, cfg):
+        from routedvlm.inference.stages import record
+
+        shown = sum(w.startswith("step") for w in question.split())
+        gen = self._gen([f"{self.name}:{shown}"][: cfg.max_direct_tokens])
+        return gen, gen.token_ids[0], record(stage, side, self, self.mode_name("direct"), gen)
+
+    def run_direct(self, side, request, cfg, *, cache=None, upcoming=(), inputs=None):
+        gen, answer, rec = self._answer(side, f"{side}_direct", request.question, cfg)
+        return gen, answer, [rec]
+
+    def run_reasoning(self, side, request, cfg, max_tokens, *, cache=None, upcoming=(), inputs=None):
+        from routedvlm.inference.stages import ReasoningRun, record
+
+        words = self.words[:max_tokens]
+        gen = self._gen(words)
+        rec = record(f"{side}_reason", side, self, self.mode_name("reason"), gen, reasoning_tokens=len(words))
+        return ReasoningRun(self, side, gen, None, list(range(len(words))), " ".join(words), None, [rec])
+
+    def finish_answer(self, run, cfg):
+        run.answer_gen, run.answer, rec = self._answer(run.side, f"{run.side}_reason_answer", run.reasoning_text, cfg)
+        run.records.append(rec)
+        return run
+
+    def answer_prompt(self, request, question, stage, cfg):
+        return self._answer("large", stage, question, cfg)
+
+    def large_prompt(self, request, cfg):
+        side = self
+
+        class Prefix:
+            direct_text, prefix_record = request.question, {"stage": "large_prefix", "model": "large", "vision_ms": 0.0,
+                                                            "prefill_ms": 0.0, "decode_ms": 0.0}
+
+            def __init__(self):
+                self.request = request
+
+            def transfer_text(self, reasoning):
+                return side.prompts.transfer_question(request.question, reasoning)
+
+            def answer(self, text, stage, restore_rope=True):
+                return side._answer("large", stage, text, cfg)
+
+            def transfer(self, text):
+                gen, answer, rec = self.answer(text, "large_transfer")
+                return gen, answer, [dict(self.prefix_record), rec]
+
+            def attention_scores(self, reasoning):
+                raise ModeUnavailableError("no attention")
+
+        return Prefix()
+
+    def complete(self, request, mode, *, max_tokens, min_tokens=0, partial=None, check_context=None):
+        gen, answer, _ = self._answer("small", "plain", request.question, PipelineConfig(max_direct_tokens=max_tokens))
+        return gen, answer, None
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids)
+
+    def answer_text(self, ids, kind):
+        return " ".join(ids)
+
+    def reasoning_token_count(self, ids):
+        return len(ids)
+
+
+def test_a_new_side_runs_every_strategy_through_the_pipeline():
+    """Strategies, run_many, escalate and serve's plain call work on a side that only implements the interface:
+    a transfer of K kept words answers K, whether run alone, shared in run_many or escalated."""
+    from routedvlm.inference import CollaborativePipeline
+
+    pipe = CollaborativePipeline(WordSide("s"), WordSide("l"), k_grid=[4, 8], max_reason_tokens=10)
+    alone = {s: pipe.run(None, "How many?", s) for s in ("small_direct", "large_direct", "small_reason", "large_reason",
+                                                          "transfer_4", "transfer_all")}
+    assert {s: r.answer for s, r in alone.items()} == {
+        "small_direct": "s:0", "large_direct": "l:0", "small_reason": "s:10", "large_reason": "l:10",
+        "transfer_4": "l:4", "transfer_all": "l:10"}
+    many = pipe.run_many(None, "How many?", list(alone))
+    assert {s: r.answer for s, r in many.items()} == {s: r.answer for s, r in alone.items()}
+    assert pipe.escalate(alone["large_direct"], 8).answer == "l:8"
+    plain = pipe.complete("small", make_request(None, "How many?", None), thinking=False)
+    assert plain.answer == "s:0" and plain.finish_reason == "stop" and plain.trace[0]["stage"] == "small_direct"

@@ -1,8 +1,8 @@
-"""routedvlm.inference — model sides (`sides/`: the `ModelSide` interface, the local `VLM`, the HTTP `OpenAIVLM`),
-stages, selectors, the collaborative pipeline, RoutedVLM; `serving/` (the server) and `profiling/` (latency
-profiles) are subpackages.
+"""routedvlm.inference — model sides (`sides/`), the collaborative pipeline, RoutedVLM; `serving/`, `profiling/`
+subpackages.
 
 Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
+File map: docs/layout.md.
 """
 from __future__ import annotations
 

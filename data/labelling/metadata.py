@@ -11,7 +11,7 @@ import re
 from importlib import metadata as _md
 from pathlib import Path
 
-from routedvlm.router.checkpoints import weights_hash
+from routedvlm.router.checkpoints import config_hash, portable_path, weights_hash
 
 log = logging.getLogger(__name__)
 LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
@@ -47,13 +47,21 @@ def model_revision(name_or_path) -> str | None:
 
 
 def describe_side(vlm) -> dict:
-    """`ModelSide.describe()` with the weights' revision in place of the folder it is read from."""
+    """`ModelSide.describe()` as recorded: the weights' revision in place of the folder it is read from, and a
+    checkpoint this process loaded by what holds on any machine (weights and config hashes) and its path as given
+    (`portable_path`: relative to the working folder when under it); readers find it with `locate_checkpoint`."""
     info = vlm.describe()
-    weights = info.pop("weights", None)
+    weights, checkpoint = info.pop("weights", None), info.pop("checkpoint", None)
     keys = list(info)
     at = keys.index("dtype") if "dtype" in keys else len(keys)
-    revision = model_revision(weights) if weights else None
-    return {**{k: info[k] for k in keys[:at]}, "revision": revision, **{k: info[k] for k in keys[at:]}}
+    out = {**{k: info[k] for k in keys[:at]}, "revision": model_revision(weights) if weights else None,
+           **{k: info[k] for k in keys[at:]}}
+    if checkpoint is not None:
+        path = Path(str(checkpoint)).expanduser()
+        local = path.is_dir()
+        out.update(name=portable_path(checkpoint), weights_hash=weights_hash(path) if local else None,
+                   config_hash=config_hash(path) if local else None)
+    return out
 
 
 def side_info(vlm) -> dict:
@@ -62,14 +70,14 @@ def side_info(vlm) -> dict:
 
     try:
         reason_side = vlm.reasoning_side()
-        reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
+        reason = {"checkpoint": portable_path(reason_side.name), "mode": reason_side.mode_name("reason")}
     except ModeUnavailableError:
         reason = None
     return {
         **describe_side(vlm),
         "reasoner": describe_side(vlm.reasoner) if vlm.reasoner is not None else None,
         "style": vlm.style,
-        "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
+        "modes": {"direct": {"checkpoint": portable_path(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
     }
 
 

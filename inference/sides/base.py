@@ -38,7 +38,9 @@ class ModelSide(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> dict:
         """What the labels metadata records about this side: `name`, `dtype`, `device`, `weights` (a local folder or
-        hub id whose revision identifies the weights, or None), plus what the implementation adds (server, model id)."""
+        hub id whose revision identifies the weights, or None), `checkpoint` (the folder or hub id this process
+        loaded, recorded portably with its hashes; None for a served model), plus what the implementation adds
+        (server, model id)."""
 
     def reasoning_side(self) -> "ModelSide":
         """The side that serves the reasoning mode: the reasoner if given, else this one."""

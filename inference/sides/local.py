@@ -145,7 +145,7 @@ class VLM(ModelSide):
 
     def describe(self) -> dict:
         return {"name": str(self.name), "dtype": str(self.model.dtype).replace("torch.", ""), "device": self.loaded_on or str(self.device),
-                "weights": str(self.name)}
+                "weights": str(self.name), "checkpoint": str(self.name)}
 
     def capture_hidden(self, layers) -> None:
         from ..hidden import enable_capture

@@ -110,7 +110,8 @@ class OpenAIVLM(ModelSide):
         served = self.served()
         root = served.get("root")
         return {"name": self.name, "server": self.client.base_url, "model_id": self.model_id, "served": served,
-                "dtype": None, "device": "remote", "weights": root if root and Path(root).exists() else None}
+                "dtype": None, "device": "remote", "weights": root if root and Path(root).exists() else None,
+                "checkpoint": None}
 
     def render(self, messages, mode):
         raise ModeUnavailableError(f"{self.name!r} is served over HTTP: the server applies its own chat template.")

@@ -132,8 +132,8 @@ class RoutedVLM:
         max_tokens: cap of the final answer (`finish_reason` "length" when it cuts)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self._run(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
-        return self._run(self._request(image, question, messages), max_tokens=max_tokens)
+            return [self.run_request(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+        return self.run_request(self._request(image, question, messages), max_tokens=max_tokens)
 
     __call__ = generate
 
@@ -151,7 +151,9 @@ class RoutedVLM:
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def _run(self, req, **kwargs) -> RoutedOutput:
+    def run_request(self, req, **kwargs) -> RoutedOutput:
+        """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
+        (`max_tokens`, `on_decision`, `sink`)."""
         with self.lock:
             return self.runner.run(req, **kwargs)
 

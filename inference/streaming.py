@@ -146,7 +146,7 @@ class RoutedStream:
             put(("route", dict(self.route)))
 
         try:
-            self.output = self.routed._run(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
+            self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(("error", exc))
             return

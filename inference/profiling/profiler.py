@@ -138,14 +138,14 @@ def _names(paths: list, shapes: list = ()) -> list:
 
 def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
     """The VLM of one profiled model: a checkpoint (`kind` "model") or a shape with random weights ("shape")."""
-    from ..sides.local import VLM
+    from ..sides import load_side
 
     if kind == "shape":
         from .shapes import shape_vlm
 
         return shape_vlm(spec, settings.device, settings.dtype, seed=settings.seed, settings=settings,
                          margin_gib=margin_gib)
-    return VLM.from_pretrained(spec, device=settings.device, dtype=settings.dtype)
+    return load_side(spec, device=settings.device, dtype=settings.dtype)
 
 
 def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:

@@ -1,5 +1,5 @@
-"""Model sides: the `ModelSide` interface (base.py) and its implementations — `VLM` (local.py: a transformers
-checkpoint in this process) and `OpenAIVLM` (openai.py: a model behind an OpenAI-compatible server).
+"""Model sides: the `ModelSide` interface and its implementations — `VLM` (a transformers checkpoint in this
+process) and `OpenAIVLM` (a model behind an OpenAI-compatible server); files in docs/layout.md.
 
 `load_side(spec)` turns what users write (a path, a hub id, '<base_url>#<model id>', or a side object) into a side;
 a new implementation adds its module here and one entry in `load_side`.

@@ -1,40 +1,40 @@
 """Checks of a chat request against the served models, before any model call: special-token text and prompt length.
 
-`neutralise(messages, pattern)`: text a client typed that spells one of the tokenizers' special tokens
+`neutralise(messages, pattern)`: text a client typed that spells one of the sides' special tokens
 (`<|image_pad|>`, `<|vision_start|>`, `<|im_end|>`, ...; not `<think>` / `</think>`, which reasoning text and the
 OpenAI backend's prefilled think blocks carry) gets a WORD JOINER (U+2060) after its first character, so the processor tokenizes it as plain text instead of as the special token (which would, e.g., claim
 image positions that no image fills). `check_routed_prompt` counts the routed request's prompt tokens on every
 local side, after the router's prompt template and the chat template, image tokens included, and answers 400
 `context_length_exceeded` when the prompt passes `--max-prompt-tokens` or the prompt plus the longest generation
-of the pipeline does not fit that side's context. Sides served over HTTP are not counted here (their server checks).
+of the pipeline does not fit that side's context. A side that cannot count here (`ModelSide.count_prompt_tokens`
+is None: a server) is left to its server.
 """
 from __future__ import annotations
 
 import re
 
-from ..vlm import THINK_CLOSE, THINK_OPEN
+from ..sides.base import THINK_CLOSE, THINK_OPEN
 from .completions import context_of
 from .protocol import APIError
 
 JOINER = "\u2060"
 
 
-def local_sides(routed) -> list:
-    """The local VLMs of a RoutedVLM (answerers and reasoners), each once."""
+def served_sides(routed) -> list:
+    """The sides of a RoutedVLM (answerers and reasoners), each once."""
     out = []
     for vlm in (routed.pipeline.small, routed.pipeline.large):
-        for side in (vlm, getattr(vlm, "reasoner", None)):
-            if side is not None and not getattr(side, "remote", False) and getattr(side, "tokenizer", None) is not None \
-                    and all(side is not s for s in out):
+        for side in (vlm, vlm.reasoner):
+            if side is not None and all(side is not s for s in out):
                 out.append(side)
     return out
 
 
 def special_pattern(routed) -> re.Pattern | None:
-    """A regex matching every special added token of the local sides' tokenizers; None when there is none."""
+    """A regex matching every special token of the sides' tokenizers (but the think tags); None when none."""
     tokens = set()
-    for side in local_sides(routed):
-        tokens.update(t.content for t in side.tokenizer.added_tokens_decoder.values() if t.special and len(t.content) > 1)
+    for side in served_sides(routed):
+        tokens.update(t for t in side.special_tokens() if len(t) > 1)
     tokens -= {THINK_OPEN, THINK_CLOSE}
     if not tokens:
         return None
@@ -59,21 +59,16 @@ def neutralise(messages: list, pattern: re.Pattern | None) -> int:
     return count
 
 
-def prompt_tokens(side, request) -> int:
-    """Tokens of `request`'s direct-mode prompt on `side`: chat template applied, image tokens expanded."""
-    text = side.render(request.messages(), "direct")
-    images = None if request.image is None else [request.image]
-    return int(side.processor(text=[text], images=images, return_tensors="pt")["input_ids"].shape[1])
-
-
 def check_routed_prompt(routed, messages: list, max_prompt_tokens: int | None, model: str) -> int:
     """The largest prompt (tokens) of the routed request on any local side; 400 when it passes a limit."""
     request = routed._request(messages=messages)
     cfg = routed.pipeline.config
     budget = cfg.max_reason_tokens + cfg.max_direct_tokens  # reasoning kept in a transfer prompt, then the answer
     largest = 0
-    for side in local_sides(routed):
-        n = prompt_tokens(side, request)
+    for side in served_sides(routed):
+        n = side.count_prompt_tokens(request)
+        if n is None:
+            continue
         largest = max(largest, n)
         context = context_of(side)
         if max_prompt_tokens is not None and n > max_prompt_tokens:

@@ -128,6 +128,15 @@ class ModelSide(abc.ABC):
         """Prompt + output tokens the side accepts (None: unknown)."""
         return None
 
+    def count_prompt_tokens(self, request) -> int | None:
+        """Tokens of `request`'s direct-mode prompt (chat template applied, image tokens expanded), counted before
+        any model call; None when the side cannot count them here (a server checks its own)."""
+        return None
+
+    def special_tokens(self) -> list[str]:
+        """The special tokens' spellings in this side's tokenizer (serve keeps client text from spelling them)."""
+        return []
+
     # ----- sharing work within one sample --------------------------------------------------------------------------
     def prompt_cache(self, side: str):
         """A per-sample `PromptCache` for `run_many`, or None when the side cannot share prefixes in-process."""

@@ -160,6 +160,14 @@ class VLM(ModelSide):
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         return getattr(text, "max_position_embeddings", None)
 
+    def count_prompt_tokens(self, request) -> int:
+        text = self.render(request.messages(), "direct")
+        images = None if request.image is None else [request.image]
+        return int(self.processor(text=[text], images=images, return_tensors="pt")["input_ids"].shape[1])
+
+    def special_tokens(self) -> list[str]:
+        return [t.content for t in self.tokenizer.added_tokens_decoder.values() if t.special]
+
     def render(self, messages: list, mode: str) -> str:
         """The prompt text for `messages` in `mode` ("direct" or "reason"), ending where the model writes."""
         kw = {"enable_thinking": mode == "reason"} if self.style == "hybrid" else {}

@@ -78,11 +78,11 @@ def test_a_question_longer_than_the_context_is_a_400(http, model):
 
 def test_max_prompt_tokens_counts_after_the_chat_template(routed):
     """A 2-word question passes a 40-token limit by its text alone, but not after the chat template."""
-    from routedvlm.inference.serving.prompt_check import check_routed_prompt, local_sides, prompt_tokens
+    from routedvlm.inference.serving.prompt_check import check_routed_prompt, served_sides
     from routedvlm.inference.serving.protocol import APIError
 
     messages = user(None, "Red? Blue?")
-    n = max(prompt_tokens(side, routed._request(messages=messages)) for side in local_sides(routed))
+    n = max(side.count_prompt_tokens(routed._request(messages=messages)) for side in served_sides(routed))
     assert n > 4 and check_routed_prompt(routed, messages, n, "routedvlm") == n
     with pytest.raises(APIError, match=f"^The prompt of this request is {n} tokens") as info:
         check_routed_prompt(routed, messages, n - 1, "routedvlm")
@@ -90,7 +90,7 @@ def test_max_prompt_tokens_counts_after_the_chat_template(routed):
 
 
 def test_special_tokens_typed_by_the_client_are_tokenized_as_text(routed, images):
-    from routedvlm.inference.serving.prompt_check import neutralise, prompt_tokens, special_pattern
+    from routedvlm.inference.serving.prompt_check import neutralise, special_pattern
 
     side = routed.pipeline.large
     special = [side.tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>")]
@@ -104,11 +104,11 @@ def test_special_tokens_typed_by_the_client_are_tokenized_as_text(routed, images
     raw = user(None, text)
     assert all(t in ids(raw) for t in special)  # the control: parsed as special tokens without the fix
     with pytest.raises(ValueError, match="image_pad"):  # ... which the processor refuses (a 500 before)
-        prompt_tokens(side, routed._request(messages=raw))
+        side.count_prompt_tokens(routed._request(messages=raw))
     safe = user(None, text)
     assert neutralise(safe, special_pattern(routed)) == 3
     assert not any(t in ids(safe) for t in special)
-    assert prompt_tokens(side, routed._request(messages=safe)) > 0
+    assert side.count_prompt_tokens(routed._request(messages=safe)) > 0
 
 
 def test_special_token_text_with_an_image_is_answered(http, images):

@@ -15,7 +15,7 @@ import os
 import time
 from collections import deque
 
-from routedvlm.errors import ConfigError, LabelsError
+from routedvlm.errors import ConfigError, LabelsError, SideUnavailableError
 
 log = logging.getLogger(__name__)
 MAX_REPLACEMENTS = 3  # per worker slot: a worker that dies more often than this ends the run
@@ -201,6 +201,8 @@ class RayLabeller:
                     queue.appendleft(unit)
                     worker = self._replace(worker, _short(exc), hello=False)  # the others go on while it loads
                 except ray.exceptions.RayTaskError as exc:
+                    if isinstance(getattr(exc, "cause", None), SideUnavailableError):  # a server's outage: job.py stops
+                        raise SideUnavailableError(str(exc.cause)) from None
                     raise LabelsError(f"a Ray worker failed: {_short(exc)}") from None
                 else:
                     sink.add(rows, workers=len(self.workers))

@@ -213,3 +213,16 @@ def test_a_router_with_a_bad_prompt_template_falls_back(tiny_pair, make_pipeline
     assert vlm.router is None and vlm.router_error.startswith("ConfigError: The custom prompt template")
     assert vlm.prompt_template.name == "none" and vlm.health()["router_fallback"] is True
     assert vlm.generate(question="Hi?").fallback is True
+
+
+@pytest.mark.parametrize("flag", ["--max-messages", "--max-content-parts", "--max-prompt-tokens", "--request-timeout",
+                                  "--header-timeout", "--keep-alive-timeout", "--max-connections", "--max-queued",
+                                  "--shutdown-timeout"])
+def test_serve_bound_flags_must_be_positive(flag):
+    from routedvlm.errors import ConfigError
+    from routedvlm.inference.serving.cli import ServeConfig, build_parser
+
+    args = vars(build_parser().parse_args(["--small", "s", "--large", "l", flag, "0"]))
+    with pytest.raises(ConfigError, match=f"^The `{flag}` flag must be a positive integer. Got 0 instead."):
+        ServeConfig(**args)
+    assert getattr(ServeConfig(**{**args, flag[2:].replace("-", "_"): 7}), flag[2:].replace("-", "_")) == 7

@@ -17,7 +17,7 @@ HEAD_TIMEOUT = 2
 
 
 @contextlib.contextmanager
-def thread_server(app, max_connections=1000):
+def thread_server(app, max_connections=1000, head_timeout=HEAD_TIMEOUT):
     """`app` under uvicorn with the guarded protocol, in a thread of this process; yields the base URL."""
     import uvicorn
 
@@ -25,7 +25,7 @@ def thread_server(app, max_connections=1000):
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=2,
-                                           http=guarded_protocol(HEAD_TIMEOUT, max_connections)))
+                                           http=guarded_protocol(head_timeout, max_connections)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(600):
@@ -64,7 +64,8 @@ def test_300_idle_connections_are_closed_and_past_the_limit_refused(routed, capl
     from routedvlm.inference.serving.server import create_app
 
     with caplog.at_level("WARNING", logger="routedvlm.inference.serving.guards"), \
-            thread_server(create_app(routed, api_key=KEY), max_connections=100) as url:
+            thread_server(create_app(routed, api_key=KEY), max_connections=100, head_timeout=10) as url:
+        # 10 s: all 300 connect while the first 100 are still open, so exactly 200 are beyond the limit
         port = int(url.rsplit(":", 1)[1])
         socks = _connect(port, 300)
         refused = [s for s in socks[100:] if s.recv(4096).startswith(b"HTTP/1.1 503")]

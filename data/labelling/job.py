@@ -13,7 +13,7 @@ import time
 from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from .config import LabelConfig, both_remote
-from .parts import PartStore
+from .parts import PartStore, is_outage
 from .samples import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
 from .table import build_table, scorers_of
 
@@ -76,9 +76,29 @@ def _already_done(cfg: LabelConfig, store: PartStore, settings: dict, t0: float)
         raise LabelsError(f"{cfg.out} holds {len(have & wanted)} of the {len(wanted)} selected samples (and "
                           f"{len(have - wanted)} others) and no parts are left to finish from; remove it and label "
                           "again, or label the missing samples to another file and `routedvlm label merge` them.")
+    if ERROR_COLUMN in df.columns and df[ERROR_COLUMN].map(is_outage).any():
+        _reopen(store, settings, df, meta, keyed)
+        return None
     n_err = int(df[ERROR_COLUMN].notna().sum()) if ERROR_COLUMN in df.columns else 0
     log.info("%s is already complete; nothing to do", cfg.out)
     return LabelSummary(str(cfg.out), len(df), 0, n_err, [], time.time() - t0)
+
+
+def _reopen(store: PartStore, settings: dict, df, meta: dict, keyed) -> None:
+    """A finished output holding rows that recorded a side's outage (written before SideUnavailableError): its rows
+    become the first part of a resumed run, which labels those samples again (`parts.is_outage`)."""
+    from .parts import ORDER_COLUMN
+    from .table import METRIC_COLUMN
+
+    position, scorers = {sid: p for p, sid in keyed}, meta.get("scorers") or {}
+    rows = df.assign(**{ORDER_COLUMN: df["sample_id"].astype(str).map(position),
+                        METRIC_COLUMN: df["dataset"].map(lambda d: scorers.get(d) if isinstance(scorers.get(d), str)
+                                                         else None)})
+    finished = ("scorers", "n_samples", "n_errors", "completed_at", "content_hash", "schema_version")
+    store.write_manifest(settings, {k: v for k, v in meta.items() if k not in finished})
+    store.write_part(rows.to_dict("records"))
+    log.warning("%s holds %d row(s) that recorded a side's outage, not an answer; labelling those samples again",
+                store.out, int(df[ERROR_COLUMN].map(is_outage).sum()))
 
 
 def check_latency_source(metadata: dict, cost_meta: dict, where) -> None:
@@ -136,7 +156,9 @@ def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -
     store.clean_temp()
     store.check_start(cfg.resume)  # again, under the lock: another run may have finished in between
     if cfg.resume and store.out.exists() and not store.has_work():
-        return _already_done(cfg, store, settings, t0)
+        done = _already_done(cfg, store, settings, t0)
+        if done is not None:
+            return done
     metadata, stage_ms, cost_meta = _open_run(cfg, store, settings)
     source, keyed, load = open_source(cfg)
     mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]

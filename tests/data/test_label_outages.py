@@ -80,3 +80,24 @@ def test_a_symlinked_output_is_locked_and_written_at_its_target(world, tmp_path)
     target.unlink()
     assert _label(*_args(world, link)) == 0
     assert link.is_symlink() and sorted(_rows(target).index) == [f"s{i:03d}" for i in range(N_ROWS)]
+
+
+def test_a_finished_output_with_outage_rows_is_reopened_by_resume(world, tmp_path, capsys):  # noqa: F811
+    """An output an older version finished with a side's outage recorded as a row: `--resume` no longer says
+    'already complete' but labels that sample again, keeping the others."""
+    from routedvlm.data.labels.schema import read_labels, write_labels
+
+    out = tmp_path / "labels.parquet"
+    assert _label(*_args(world, out)) == 0
+    df, meta = read_labels(out)
+    before = df.set_index("sample_id").loc["s000"].to_dict()
+    df.loc[df["sample_id"] == DOWN, "error"] = f"BackendError: {LEGACY}"
+    write_labels(df, out, {k: v for k, v in meta.items() if k not in ("content_hash", "schema_version")})
+    capsys.readouterr()
+    assert _label(*_args(world, out, "--resume")) == 0
+    said = capsys.readouterr().out
+    assert "(1 labelled in this run" in said and "1 stored side outage(s) labelled again" in said
+    rows = _rows(out)
+    assert sorted(rows.index) == [f"s{i:03d}" for i in range(N_ROWS)] and list(rows.index[rows["error"].notna()]) == [BROKEN]
+    assert rows.loc["s000"].to_dict() == before  # kept as it was, not relabelled
+    assert not (tmp_path / "labels.parquet.parts").exists()

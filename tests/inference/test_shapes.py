@@ -307,17 +307,17 @@ def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
 
 
 @pytest.mark.gpu
-def test_shape_builds_and_generates_on_cuda(tmp_path):
+def test_shape_builds_and_generates_on_cuda(tmp_path, gpu_device):
     """On a GPU (`make test-gpu`): a shape is allocated on CUDA in bf16 and generates with synchronised timings."""
     import torch
 
     from routedvlm.inference.profiling.profiler import _one_call, random_image
     from routedvlm.inference.profiling.shapes import shape_vlm
 
-    vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), "cuda", "bfloat16")
+    vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), gpu_device, "bfloat16")
     assert {p.device.type for p in vlm.model.parameters()} == {"cuda"}
     assert {p.dtype for p in vlm.model.parameters()} == {torch.bfloat16}
-    call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, "cuda")
+    call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, gpu_device)
     assert call["image_tokens"] == 196 and len(call["gen"].token_ids) == 4 and call["gen"].prefill_ms > 0
 
 

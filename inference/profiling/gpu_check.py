@@ -80,7 +80,7 @@ class Run:
         rec = {"step": name, "kind": kind, "shape": shape}
         t0, value = time.perf_counter(), None
         if self.budget.left() is not None and self.budget.left() <= 0:
-            rec.update(status="skipped", reason="--budget-s reached before the step started")
+            rec.update(status="budget", reason="not started: --budget-s reached")
         else:
             try:
                 value, extra = fn()
@@ -202,10 +202,11 @@ def run_gpu_check(settings, shapes: list, out: pathlib.Path, plots_dir: pathlib.
     from .shapes import check_shape_memory, resolve_shape, shape_vlm
 
     check_device(settings.device)
-    budget, counter = Budget(budget_s), Counter()
+    budget, counter = (budget_s if isinstance(budget_s, Budget) else Budget(budget_s)), Counter()
     entries, esc = {}, {}
     result = assemble(settings, entries, hardware_info(settings.device), crossovers=False)
-    result.update(preset="gpu-check", dry_run=dry_run, budget_s=budget_s, escalation=esc)
+    result.update(preset="gpu-check", dry_run=dry_run, escalation=esc,
+                  budget_s=None if isinstance(budget_s, Budget) else budget_s)
     run = Run(pathlib.Path(out), result, budget, on_step)
     names = [resolve_shape(s)[0] for s in shapes]
 
@@ -259,8 +260,7 @@ def _tests(device: str, budget: Budget, root, dry_run: bool) -> tuple[dict, dict
     status = {"passed": "ok", "skipped": "skipped"}.get(res["status"], res["status"])
     extra = {"status": status, "reason": res.get("summary") or res.get("reason")}
     if dry_run:
-        extra.update(status="ok" if res["status"] in ("passed", "skipped") else res["status"],
-                     counts={"tests": res.get("tests", 0)})
+        extra["counts"] = {"tests": res.get("tests", 0)}
     return res, extra
 
 

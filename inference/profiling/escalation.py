@@ -67,8 +67,15 @@ def report(vlm, lp, reuse, cold, reuse_ms, cold_ms, keep_tokens: int, answer_tok
 
 
 def _rel_diff(a, b) -> float | None:
-    """max |a - b| / max |b| over the first answer logits of two generations (None when either has none)."""
+    """max |a - b| / max |b| over the finite first answer logits of two generations (1.0 when different entries are
+    masked to -inf; None when either has none)."""
+    import torch
+
     if a.first_logits is None or b.first_logits is None:
         return None
-    scale = float(b.first_logits.abs().max()) or 1.0
-    return round(float((a.first_logits - b.first_logits).abs().max()) / scale, 6)
+    fa, fb = torch.isfinite(a.first_logits), torch.isfinite(b.first_logits)
+    if not bool((fa == fb).all()):
+        return 1.0
+    x, y = a.first_logits[fa], b.first_logits[fb]
+    scale = float(y.abs().max()) if y.numel() else 1.0
+    return round(float((x - y).abs().max()) / (scale or 1.0), 6) if y.numel() else 0.0

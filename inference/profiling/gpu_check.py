@@ -33,6 +33,7 @@ FAILED = ("failed", "timeout", "error")
 # Reuse vs cold in bf16: the two prefill orders round differently, so greedy tokens on random-weight (near-tie) logits
 # may part; the first answer logits must still agree to this fraction of their largest magnitude. float32: exact.
 BF16_LOGIT_TOL = 0.05
+TESTS_TIMEOUT_S = 600  # the GPU tests' own limit
 TEST_DEVICE_ENV = "ROUTEDVLM_TEST_DEVICE"  # the device the GPU-marked tests run on (tests/conftest.py)
 
 
@@ -99,10 +100,10 @@ class Run:
             self.on_step(rec)
         return value
 
-    def skip(self, name: str, kind: str, reason: str, shape: str | None = None) -> None:
+    def skip(self, name: str, kind: str, reason: str, shape: str | None = None, status: str = "skipped") -> None:
         from .env import write_json
 
-        rec = {"step": name, "kind": kind, "shape": shape, "status": "skipped", "reason": reason, "seconds": 0.0}
+        rec = {"step": name, "kind": kind, "shape": shape, "status": status, "reason": reason, "seconds": 0.0}
         self.result["steps"].append(rec)
         write_json(self.out, self.result)
         if self.on_step is not None:
@@ -224,8 +225,10 @@ def run_gpu_check(settings, shapes: list, out: pathlib.Path, plots_dir: pathlib.
                        seed=settings.seed, settings=settings, margin_gib=memory_margin_gib), {"counts": {"meta_builds": 1}}),
                        name)
         if vlm is None:
+            built = result["steps"][-1]["status"]
             for kind in ("profile", "escalation"):
-                run.skip(f"{kind} {name}", kind, f"the shape {name!r} was not built", name)
+                run.skip(f"{kind} {name}", kind, f"the shape {name!r} was not built", name,
+                         "budget" if built == "budget" else "skipped")
             continue
         counter.hook(vlm.model)
         try:
@@ -256,8 +259,11 @@ def run_gpu_check(settings, shapes: list, out: pathlib.Path, plots_dir: pathlib.
 
 def _tests(device: str, budget: Budget, root, dry_run: bool) -> tuple[dict, dict]:
     left = budget.left()
-    res = gpu_tests(device, root, timeout=600 if left is None else min(600, left), collect_only=dry_run)
+    res = gpu_tests(device, root, timeout=TESTS_TIMEOUT_S if left is None else min(TESTS_TIMEOUT_S, left),
+                    collect_only=dry_run)
     status = {"passed": "ok", "skipped": "skipped"}.get(res["status"], res["status"])
+    if status == "timeout" and left is not None and left < TESTS_TIMEOUT_S:
+        status = "budget"  # cut short by --budget-s, not by the tests' own limit
     extra = {"status": status, "reason": res.get("summary") or res.get("reason")}
     if dry_run:
         extra["counts"] = {"tests": res.get("tests", 0)}

@@ -49,6 +49,7 @@ def test_a_failing_later_step_sets_the_exit_status_and_keeps_what_was_measured(t
     assert saved["steps"][-1]["error"] == "RuntimeError: plotting broke"
     assert list(saved["models"]) == ["small", "large"] and set(saved["escalation"]) == {"small", "large"}
     assert saved["crossovers"] and saved["escalation"]["large"]["same_tokens"]  # float32: reuse == cold
+    assert saved["escalation"]["large"]["first_logits_max_rel_diff"] == 0.0  # -inf (masked EOS) entries are no NaN
     assert [rec["step"] for rec in lines] == list(status)  # one report per step, as it ends
 
 
@@ -168,7 +169,8 @@ def test_lean_generate_gives_the_same_tokens_without_logprobs(tmp_path):
     from routedvlm.inference.profiling.shapes import shape_vlm
 
     vlm = shape_vlm(write_tiny_shape(tmp_path / "t.json", vocab_size=512, hidden=32), "cpu", "float32")
-    inputs = vlm.encode(random_image(64), "Count the bars.")
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Count the bars."}]}]
+    inputs = vlm.encode(random_image(64), vlm.render(messages, "direct"))
     full = timed_generate(vlm.model, inputs, max_new_tokens=4, min_new_tokens=4)
     with lean(per_step_sync=False):
         fast = timed_generate(vlm.model, inputs, max_new_tokens=4, min_new_tokens=4)

@@ -86,3 +86,9 @@ def test_lock_target_compiles_both_inputs_with_uv():
     joined = " ".join(_make_n("lock"))
     assert "uv pip compile requirements.in" in joined and "uv pip compile requirements-gpu.in" in joined
     assert "--generate-hashes" in joined
+
+
+def test_the_dry_run_target_runs_on_the_cpu_venv():
+    lines = _make_n("gpu-check-dry-run")
+    assert lines[-1].startswith(".venv/bin/routedvlm profile --preset gpu-check --dry-run")
+    assert not any(".venv-gpu" in ln for ln in lines)

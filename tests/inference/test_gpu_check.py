@@ -187,3 +187,23 @@ def test_budget_and_dry_run_need_the_preset(tmp_path):
         main(["--shape", "qwen3-vl-2b", "--dry-run", "--out", str(tmp_path / "p.json")])
     with pytest.raises(ConfigError, match=r"^The `--budget-s` flag must be a positive number of seconds"):
         main(["--preset", "gpu-check", "--budget-s", "0"])
+
+
+def test_expected_seconds_worked_example():
+    """8B profile step: 100 decode forwards x 25 ms + 1,000 prefill tokens x 0.06 ms + 2 calls x 15 ms = 2.59 s;
+    a build: 12 s + one 2 s meta build; the tests: 30 s + 2 x 20 s."""
+    from routedvlm.inference.profiling.dry_run import estimate_seconds
+
+    steps = [{"step": "profile", "kind": "profile", "shape": "qwen3-vl-8b",
+              "counts": {"decode_forwards": 100, "prefill_tokens": 1000, "prefill_forwards": 2, "vision_patches": 0}},
+             {"step": "build", "kind": "build", "shape": "qwen3-vl-8b", "counts": {"meta_builds": 1}},
+             {"step": "tests", "kind": "tests", "counts": {"tests": 2}}]
+    assert estimate_seconds(steps) == {"profile": 2.6, "build": 14.0, "tests": 70.0, "total": 86.6}
+
+
+def test_dry_run_refuses_shapes_it_cannot_shrink():
+    from routedvlm.errors import ConfigError
+    from routedvlm.inference.profiling.dry_run import tiny_config
+
+    with pytest.raises(ConfigError, match=r"^The dry run builds tiny Qwen3-VL stand-ins; .* Got 'qwen2_vl' instead\."):
+        tiny_config({"model_type": "qwen2_vl"})

@@ -1,0 +1,180 @@
+"""Issue 27's goals, on labels the router never saw, side by side in one run:
+
+- P4 (synthetic): train-router (default config) on seed-0 synthetic labels; on labels from seed 104729 (a seed the
+  code never uses) its certified choice's mean latency vs the plain per-strategy LightGBM reference (200 rounds,
+  no cross-validation, the tau-rule in the same mode, tau swept with hindsight on the hidden labels) at the
+  certified choice's accuracy. Goal <= 0.85x. Also the same router without cross-validated rounds (--cv-folds 0).
+- P5 (toy world, needs --toy-eval): default train-router on the bundled labels; on fresh toy eval labels its
+  certified choice vs large_reason (goal: accuracy >= large_reason - 2 points at <= 40 % of its latency) and every
+  simple baseline swept with hindsight on the same labels (the binary rule on a plain binary LightGBM, learning rate
+  0.05, 7 leaves; mutual verification at every K; every single strategy): is any cheaper at the certified accuracy?
+- Coverage on real outcomes (needs --gsm8k, RouteLLM's gsm8k_responses.csv): a router on 30 % of the prompts; over
+  2000 calibration draws from the other 70 %, how often a certified statement is false (exact population truth),
+  and over 2000 random calibration/test splits of them, how often it fails on the test rows.
+
+Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_certified.py [--toy-eval eval.parquet] [--gsm8k csv]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HIDDEN_SEED = 104729
+GAP = 0.02
+
+
+def _eval(router, df, rule=None, mode=None, paid=None, cost=0.0):
+    """(accuracy, mean latency) of `router`'s rule (default: its certified one) on `df`."""
+    from routedvlm.training.calibration.rule_family import Member, Scorer, with_agreement
+
+    p = router.policy
+    m = Member(rule or p.decision_rule, "x", mode or p.mode, tuple(p.paid_stages if paid is None else paid))
+    correct, latency, _ = Scorer(router, with_agreement(df), model_cost_ms=cost).score(m)
+    return float(correct.mean()), float(latency.mean())
+
+
+def cheapest_at(router, df, chain: str, accuracy: float, mode=None, paid=None):
+    """(ms, accuracy, param) of the cheapest member of `chain` reaching `accuracy` on `df` (hindsight), or None."""
+    from routedvlm.training.calibration.rule_family import Scorer, model_chains, with_agreement
+
+    scorer = Scorer(router, with_agreement(df))
+    best = None
+    for m in model_chains(router.policy, scorer.strategies, mode, paid).get(chain, []):
+        correct, latency, _ = scorer.score(m)
+        a, ms = float(correct.mean()), float(latency.mean())
+        if a >= accuracy - 1e-12 and (best is None or ms < best[0]):
+            best = (ms, a, m.rule.get("param"))
+    return best
+
+
+def p4(rows: int, out: Path) -> dict:
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.split import split_labels
+    from routedvlm.training.synthetic import make_synthetic_labels
+
+    train = make_synthetic_labels(rows, seed=0)
+    hidden = make_synthetic_labels(4000, seed=HIDDEN_SEED)
+    res = {}
+    for name, folds in (("certified (cv rounds)", 5), ("certified (200 rounds)", 0)):
+        cfg = TrainConfig(no_mlflow=True, output_dir=str(out / f"p4-cv{folds}"), cv_folds=folds)
+        r = train_router(cfg, train.copy(), {"content_hash": "synthetic-0"})
+        res[name] = (r, *_eval(r.router, hidden))
+    r0 = next(iter(res.values()))[0]
+    p = r0.router.policy
+    split = split_labels(train, 0.2, 0.2, 0)
+    ref = fit_router(TrainConfig(no_mlflow=True, cv_folds=0), split, p.strategies, p.features, p.paid_stages, "ref")
+    lines, report = [], {"hidden_seed": HIDDEN_SEED, "rows": {}}
+    for name, (r, acc, ms) in res.items():
+        at = cheapest_at(ref, hidden, "tau", acc)
+        ratio = ms / at[0] if at else float("nan")
+        report["rows"][name] = {"rule": r.router.policy.certificate["chosen"], "accuracy": acc, "mean_ms": ms,
+                                "reference_ms": at and at[0], "reference_tau": at and at[2], "ratio": ratio}
+        lines.append(f"  {name:<24} {r.router.policy.certificate['chosen'][:40]:<40} acc {acc:.3f} at {ms:7.1f} ms; "
+                     f"reference at >= {acc:.3f}: {at[0]:7.1f} ms (tau {at[2]}) -> {ratio:.3f}x" if at else
+                     f"  {name}: reference never reaches {acc:.3f}")
+    from routedvlm.training.evaluate import oracle_row
+
+    o = oracle_row(hidden, list(p.strategies), None)
+    ref_o = cheapest_at(ref, hidden, "tau", o["accuracy"])
+    report["oracle"] = {"accuracy": o["accuracy"], "mean_ms": o["mean_latency_ms"]}
+    lines.append(f"  oracle                   acc {o['accuracy']:.3f} at {o['mean_latency_ms']:7.1f} ms" +
+                 (f" ({o['mean_latency_ms'] / ref_o[0]:.3f}x the reference at its accuracy)" if ref_o else ""))
+    brier = {k: np.mean([s["brier"] for s in v[0].evaluation["probabilities"].values()]) for k, v in res.items()}
+    lines.append("  mean Brier on the training labels' test split: " + ", ".join(f"{k} {v:.4f}" for k, v in brier.items()))
+    report["brier"] = brier
+    print("P4 synthetic (train seed 0, hidden seed %d, goal <= 0.85x):\n" % HIDDEN_SEED + "\n".join(lines))
+    return report
+
+
+def p5(eval_path: Path, out: Path) -> dict:
+    from routedvlm.data.labels.schema import read_labels
+    from routedvlm.training.calibration.rule_family import Scorer, baseline_members, with_agreement
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.split import split_labels
+
+    labels, meta = load_labels(None)
+    eval_df = with_agreement(read_labels(eval_path)[0])
+    r = train_router(TrainConfig(no_mlflow=True, output_dir=str(out / "p5")), labels.copy(), meta)
+    router, p = r.router, r.router.policy
+    acc, ms = _eval(router, eval_df)
+    lr_acc, lr_ms = float(eval_df["correct__large_reason"].mean()), float(eval_df["latency_ms__large_reason"].mean())
+    ok = acc >= lr_acc - GAP - 1e-12 and ms <= 0.4 * lr_ms
+    lines = [f"  eval rows {len(eval_df)}; large_reason {lr_acc:.3f} at {lr_ms:.1f} ms",
+             f"  certified {p.certificate['chosen']}: {acc:.3f} at {ms:.1f} ms = {ms / lr_ms:.1%} of large_reason's "
+             f"latency ({lr_ms / ms:.2f}x); goal acc >= {lr_acc - GAP:.3f} at <= 40 %: {'MET' if ok else 'MISSED'}"]
+    split = split_labels(labels, 0.2, 0.2, 0)
+    plain = fit_router(TrainConfig(no_mlflow=True, cv_folds=0, num_leaves=7, learning_rate=0.05), split,
+                       p.strategies, p.features, p.paid_stages, "plain")
+    rivals = []
+    b = cheapest_at(plain, eval_df, "binary", acc)
+    rivals.append(("binary rule, plain LightGBM (hindsight theta)", b[0] if b else None, b[1] if b else None))
+    for m in baseline_members(eval_df):
+        c, lat, _ = Scorer(None, eval_df).score(m)
+        rivals.append((m.name, float(lat.mean()) if c.mean() >= acc - 1e-12 else None, float(c.mean())))
+    cheaper = [(n, v) for n, v, _ in rivals if v is not None and v < ms - 1e-9]
+    for n, v, a in rivals:
+        lines.append(f"    {n[:52]:<52} " + (f"{v:7.1f} ms at {a:.3f} ({v / ms:.2f}x the certified)" if v is not None
+                                              else f"never reaches {acc:.3f} (best {a if a is not None else float('nan'):.3f})"))
+    lines.append(f"  baselines cheaper at the certified accuracy: {', '.join(n for n, _ in cheaper) or 'none'}")
+    print("P5 toy world (bundled labels -> fresh eval labels):\n" + "\n".join(lines))
+    return {"accuracy": acc, "mean_ms": ms, "large_reason": [lr_acc, lr_ms], "goal_met": ok,
+            "cheaper_baselines": cheaper, "rule": p.certificate["chosen"]}
+
+
+def gsm8k(path: Path, draws: int = 2000) -> dict:
+    from routedvlm.data.labels.outcomes import import_outcomes
+    from routedvlm.training.calibration import coverage
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.split import Split
+
+    labels = import_outcomes(pd.read_csv(path), "routellm")
+    order = np.random.default_rng(0).permutation(len(labels))
+    cut = int(0.3 * len(labels))
+    train, population = labels.iloc[order[:cut]], labels.iloc[order[cut:]]
+    features = [c for c in labels.columns if c.startswith("feat__prompt__") and train[c].nunique() > 1]
+    router = fit_router(TrainConfig(no_mlflow=True, mode="one-shot", num_leaves=4), Split(train, train, train),
+                        ["small_direct", "large_direct"], features, [], "gsm8k")
+    out = {}
+    lines = [f"  {len(labels)} prompts; router on {cut}; small_direct = Mixtral "
+             f"{labels['correct__small_direct'].mean():.3f}, large_direct = GPT-4 {labels['correct__large_direct'].mean():.3f}"]
+    for target in ({"kind": "accuracy", "value": 0.9}, {"kind": "min_accuracy", "value": 0.8}):
+        tables, spec = coverage.population_tables(router, population, train, target)
+        for n_cal, holdout in ((200, False), (400, True)):
+            r = coverage.repeat_draws(tables, spec.alpha, n_cal, draws, 0.1, seed=5, holdout=holdout)
+            key = f"{target['kind']} {target['value']} n_cal {n_cal} {'split' if holdout else 'iid'}"
+            out[key] = r
+            lines.append(f"  {key:<40} violations {r['violation_rate']:.4f} (delta 0.1), chosen {r['chosen_violation_rate']:.4f}, "
+                         f"certifies {r['feasible_rate']:.3f}, without the test {r['naive_violation_rate']:.3f}")
+    print(f"coverage on RouteLLM GSM8K outcomes ({draws} draws each):\n" + "\n".join(lines))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--toy-eval", type=Path, help="fresh toy eval labels (make_labels --split eval)")
+    ap.add_argument("--gsm8k", type=Path, help="RouteLLM's gsm8k_responses.csv")
+    ap.add_argument("--rows", type=int, default=4000, help="synthetic training rows")
+    ap.add_argument("--skip-p4", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench-certified"))
+    args = ap.parse_args()
+    report = {}
+    if not args.skip_p4:
+        report["p4"] = p4(args.rows, args.out)
+    if args.toy_eval:
+        report["p5"] = p5(args.toy_eval, args.out)
+    if args.gsm8k:
+        report["gsm8k"] = gsm8k(args.gsm8k)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_certified.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

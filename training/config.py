@@ -86,7 +86,9 @@ class TrainConfig:
     large: str | None = _f(None, "self-probe: large VLM checkpoint folder whose hidden states it reads (default: the "
                                  "labels' large model)")
     hidden_layers: list[int] | None = _f(None, "self-probe: comma-separated decoder layer indices to read (negative "
-                                               "counts from the end; default: the layer at 2/3 of the depth)")
+                                               "counts from the end; default: of the layers at 1/3, 1/2, 2/3 of "
+                                               "the depth and the last, the one that best predicts large_direct on "
+                                               "the training rows, by cross-validation)")
     hidden_position: str = _f("all_mean", "self-probe: which positions of those layers: prompt_last (last prompt "
                                           "token), answer_mean (the answer tokens) or all_mean (both, averaged)",
                               choices=HIDDEN_POSITIONS)

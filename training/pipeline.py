@@ -98,8 +98,9 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     if hidden is None:
         router = fit_router(config, split, candidates, features, paid, labels_hash, prompt_template=template)
     else:
-        from .probe.self_probe import fit_self_probe
+        from .probe.self_probe import choose_layer, fit_self_probe
 
+        split, hidden = choose_layer(split, hidden, config.seed)  # on the training rows only
         router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden, prompt_template=template)
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
              len(split.calibration))

@@ -14,27 +14,39 @@ DRAWS, N_CAL, DELTA = 1000, 300, 0.1
 GSM8K = Path(__file__).resolve().parents[1] / "data" / "routellm_gsm8k" / "gsm8k_slice.csv"
 
 
+ACCURACY, MIN_ACCURACY = {"kind": "accuracy", "value": 0.95}, {"kind": "min_accuracy", "value": 0.85}
+
+
 @pytest.fixture(scope="module")
 def world():
-    """A small LightGBM router fitted on 1500 synthetic rows; a 20k-row population of the same process."""
+    """A small LightGBM router fitted on 1500 synthetic rows; an 8000-row population of the same process (the
+    calibration rows are drawn from it with replacement, so its risks are the exact truth)."""
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import fit_router
     from routedvlm.training.split import Split
     from routedvlm.training.synthetic import make_synthetic_labels
 
     train = make_synthetic_labels(1500, seed=11)
-    population = make_synthetic_labels(20000, seed=12)
-    cfg = TrainConfig(no_mlflow=True, num_boost_round=60, mode="one-shot")
+    population = make_synthetic_labels(8000, seed=12)
+    cfg = TrainConfig(no_mlflow=True, num_boost_round=60, mode="one-shot", cv_folds=0)
     features = [c for c in train.columns if c.startswith("feat__prompt__")]
     candidates = ["large_direct", "small_reason", "transfer_16", "transfer_64", "large_reason"]
     router = fit_router(cfg, Split(train, train.head(20), train.head(20)), candidates, features, [], "synthetic")
-    return router, train, population
+    return router, train, population, {}
 
 
-@pytest.mark.parametrize("target", [{"kind": "accuracy", "value": 0.95}, {"kind": "min_accuracy", "value": 0.85}])
+def _tables(world, target):
+    router, train, population, cache = world
+    key = target["kind"]
+    if key not in cache:
+        cache[key] = coverage.population_tables(router, population, train, target)
+    return cache[key]
+
+
+@pytest.mark.parametrize("target", [ACCURACY, MIN_ACCURACY])
 def test_certified_statements_are_false_in_at_most_delta_of_the_draws_and_a_good_router_certifies(world, target):
-    router, train, population = world
-    tables, spec = coverage.population_tables(router, population, train, target)
+    population = world[2]
+    tables, spec = _tables(world, target)
     out = coverage.repeat_draws(tables, spec.alpha, N_CAL, DRAWS, DELTA, seed=1)
     assert out["violation_rate"] <= DELTA + coverage.binomial_slack(DELTA, DRAWS), out
     assert out["chosen_violation_rate"] <= out["violation_rate"]
@@ -44,16 +56,15 @@ def test_certified_statements_are_false_in_at_most_delta_of_the_draws_and_a_good
 
 
 def test_without_the_test_the_same_count_finds_violations(world):
-    router, train, population = world
-    tables, spec = coverage.population_tables(router, population, train, {"kind": "accuracy", "value": 0.95})
+    tables, spec = _tables(world, ACCURACY)
     out = coverage.repeat_draws(tables, spec.alpha, N_CAL, DRAWS, DELTA, seed=2)
     assert out["naive_violation_rate"] > 2 * DELTA > out["violation_rate"], out
 
 
 def test_the_repeated_draws_certify_what_certify_certifies(world):
-    router, train, population = world
-    target = {"kind": "accuracy", "value": 0.95}
-    tables, spec = coverage.population_tables(router, population, train, target)
+    router, train, population, _ = world
+    target = ACCURACY
+    tables, spec = _tables(world, target)
     rows = np.random.default_rng(3).integers(0, len(population), N_CAL)
     calib = population.iloc[rows].reset_index(drop=True).assign(sample_id=[f"c{i:04d}" for i in range(N_CAL)])
     cal = certify(router, calib, train, target, DELTA)
@@ -76,7 +87,7 @@ def test_on_routellm_gsm8k_outcomes_the_certificate_holds_over_random_splits():
     order = rng.permutation(len(labels))
     train, population = labels.iloc[order[:150]], labels.iloc[order[150:]]
     features = [c for c in labels.columns if c.startswith("feat__prompt__") and train[c].nunique() > 1]
-    cfg = TrainConfig(no_mlflow=True, num_boost_round=30, mode="one-shot", num_leaves=4)
+    cfg = TrainConfig(no_mlflow=True, num_boost_round=30, mode="one-shot", num_leaves=4, cv_folds=0)
     router = fit_router(cfg, Split(train, train.head(20), train.head(20)), ["small_direct", "large_direct"], features,
                         [], "gsm8k")
     tables, spec = coverage.population_tables(router, population, train, {"kind": "accuracy", "value": 0.9})

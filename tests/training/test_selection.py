@@ -57,11 +57,11 @@ def test_the_ledger_spends_delta_per_version_on_the_same_calibration_rows(tmp_pa
 
 
 def test_the_ledger_refuses_a_comparison_past_its_limit_and_asks_for_fresh_calibration_rows(tmp_path):
-    client = FakeClient([_version("abc", 0.2), _version("abc", 0.2)])
+    client = FakeClient([_version("abc", 0.25), _version("abc", 0.25)])
     result = _result(tmp_path)
     entry = registry.spend_ledger(client, "vlm-router", result)
     assert entry["refused"] and entry["tags"][registry.LEDGER_TAG] == "refused"
-    assert "already spent delta 0.4 on these calibration rows" in entry["why"] and "fresh calibration rows" in entry["why"]
+    assert "already spent delta 0.5 on these calibration rows" in entry["why"] and "fresh calibration rows" in entry["why"]
     assert result.router.policy.certificate["delta_after_selection"] == 0.1  # not compared: its own level stands
     assert registry._never_champion(SimpleNamespace(evaluation={"target_met_test": True}), {"feasible": True}, entry)
 

@@ -33,3 +33,25 @@ def test_changing_calibration_and_test_rows_changes_no_choice_made_on_training_r
     assert all(1 <= r <= 80 for r in rounds.values()) and len(set(rounds.values())) > 1  # chosen per strategy by CV
     c = _fit(pd.concat([train, make_synthetic_labels(300, seed=25)]), other, other)
     assert c[0] != a[0]  # ... and they do depend on the training rows
+
+
+def test_the_self_probe_layer_is_chosen_on_the_training_rows_only():
+    import numpy as np
+
+    from routedvlm.router.self_probe import HIDDEN_KEY
+    from routedvlm.training.probe.self_probe import HiddenInfo, choose_layer
+
+    rng = np.random.default_rng(0)
+
+    def rows(n, signal_layer):  # 3 captured layers of width 4; only `signal_layer` carries large_direct's outcome
+        y = rng.random(n) < 0.6
+        blocks = [rng.normal(size=(n, 4)) + (2.0 * y[:, None] if i == signal_layer else 0.0) for i in range(3)]
+        return pd.DataFrame({"correct__large_direct": y, HIDDEN_KEY: list(np.concatenate(blocks, axis=1))})
+
+    info = HiddenInfo([4, 8, 11], "all_mean", 12, "large", None, 0.0, 0, 0)
+    train = rows(200, signal_layer=1)
+    for other in (rows(100, 0), rows(100, 2)):  # calibration/test rows whose signal sits elsewhere change nothing
+        split, chosen = choose_layer(Split(train, other, other), info)
+        assert chosen.layers == [8] and chosen.size == 4 and set(chosen.layer_scores) == {"4", "8", "11"}
+        assert all(len(v) == 4 for part in (split.train, split.calibration, split.test) for v in part[HIDDEN_KEY])
+        assert np.allclose(split.train[HIDDEN_KEY].iloc[0], train[HIDDEN_KEY].iloc[0][4:8])

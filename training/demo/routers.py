@@ -87,7 +87,8 @@ def register_all(trained: list[Trained], labels_path: Path, say) -> Trained:
 
     best = max(trained, key=lambda t: t.certified_utility)
     if best.certified_utility == -math.inf:
-        raise RouterError("No router certified the target and met it on its test rows: " + trained[0].result.evaluation["certificate"]["statement"]
+        raise RouterError("No router certified the target and met it on its test rows: "
+                          + trained[0].result.evaluation["certificate"]["statement"]
                           + " Use a lower --target-accuracy or more --n-label samples.")
     from ..calibration.selection import restate_result
 

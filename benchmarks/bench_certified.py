@@ -101,7 +101,8 @@ def p5(eval_path: Path, out: Path) -> dict:
 
     labels, meta = load_labels(None)
     eval_df = with_agreement(read_labels(eval_path)[0])
-    r = train_router(TrainConfig(no_mlflow=True, output_dir=str(out / "p5")), labels.copy(), meta)
+    r = train_router(TrainConfig(no_mlflow=True, output_dir=str(out / "p5"), allow_constant_features=True),
+                     labels.copy(), meta)
     router, p = r.router, r.router.policy
     acc, ms = _eval(router, eval_df)
     lr_acc, lr_ms = float(eval_df["correct__large_reason"].mean()), float(eval_df["latency_ms__large_reason"].mean())
@@ -110,7 +111,8 @@ def p5(eval_path: Path, out: Path) -> dict:
              f"  certified {p.certificate['chosen']}: {acc:.3f} at {ms:.1f} ms = {ms / lr_ms:.1%} of large_reason's "
              f"latency ({lr_ms / ms:.2f}x); goal acc >= {lr_acc - GAP:.3f} at <= 40 %: {'MET' if ok else 'MISSED'}"]
     split = split_labels(labels, 0.2, 0.2, 0)
-    plain = fit_router(TrainConfig(no_mlflow=True, cv_folds=0, num_leaves=7, learning_rate=0.05), split,
+    plain = fit_router(TrainConfig(no_mlflow=True, cv_folds=0, num_leaves=7, learning_rate=0.05,
+                                   allow_constant_features=True), split,
                        p.strategies, p.features, p.paid_stages, "plain")
     rivals = []
     b = cheapest_at(plain, eval_df, "binary", acc)

@@ -19,7 +19,7 @@ HASH_TAG, UTILITY_TAG, INCOMPLETE_TAG = "routedvlm.labels_hash", "routedvlm.test
 DECISION_TAG = "routedvlm.champion_decision"  # set once the champion rule has been applied to the version
 # the delta ledger (docs/DESIGN.md, "The level that holds"): per version, the calibration rows' hash, its own delta,
 # whether it spent delta on those rows, and the level its champion statement holds at after the choice
-CAL_HASH_TAG, DELTA_TAG = "routedvlm.calibration_hash", "routedvlm.delta_each"
+CAL_HASH_TAG, DELTA_TAG, DIGEST_TAG = "routedvlm.calibration_hash", "routedvlm.delta_each", "routedvlm.router_digest"
 LEDGER_TAG, AFTER_TAG = "routedvlm.ledger", "routedvlm.delta_after_selection"
 LEDGER_LIMIT = 0.5  # a version that would take the delta spent on its calibration rows above this is not compared
 
@@ -63,15 +63,32 @@ def register(model_uri: str, name: str, labels_hash: str, utility: float, ledger
     return str(mv.version)
 
 
-def ledger_spent(client, name: str, calibration_hash: str) -> tuple[float, int]:
-    """(delta spent, versions) on the calibration rows with `calibration_hash` by the versions of `name` that were
-    tested on them and may be compared for champion (every registered version but those refused by the limit)."""
-    spent, count = 0.0, 0
+def ledger_spent(client, name: str, calibration_hash: str, digest: str = "") -> tuple[float, int]:
+    """(delta spent, routers) on the calibration rows with `calibration_hash` by the versions of `name` that were
+    tested on them and may be compared for champion (every registered version but those refused by the limit).
+    The same router registered again (same `digest`: models, rule and certificate) is the same event: counted once,
+    and not at all when it is the router being registered now."""
+    spent: dict[str, float] = {}
     for mv in client.search_model_versions(f"name = '{_quote(name)}'"):
         tags = mv.tags or {}
         if tags.get(CAL_HASH_TAG) == calibration_hash and tags.get(LEDGER_TAG) == "spent":
-            spent, count = spent + float(tags.get(DELTA_TAG) or 0.0), count + 1
-    return spent, count
+            key = tags.get(DIGEST_TAG) or f"version-{getattr(mv, 'version', id(mv))}"
+            spent[key] = max(spent.get(key, 0.0), float(tags.get(DELTA_TAG) or 0.0))
+    spent.pop(digest, None)
+    return sum(spent.values()), len(spent)
+
+
+def router_digest(policy) -> str:
+    """What makes two registered routers the same certified event: model files, rule, mode, candidates, features
+    and the certified numbers."""
+    import hashlib
+    import json
+
+    cert = policy.certificate or {}
+    doc = {"models": policy.model_sha256, "rule": policy.decision_rule, "mode": policy.mode,
+           "strategies": policy.strategies, "features": policy.features,
+           "cert": [cert.get(k) for k in ("calibration_hash", "chosen", "losses", "n", "risk_limit", "delta_each")]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def spend_ledger(client, name: str, result) -> dict:
@@ -85,9 +102,10 @@ def spend_ledger(client, name: str, result) -> dict:
     key, own = cert.get("calibration_hash") or "", cert.get("delta_each", cert.get("delta"))
     if not key or own is None:  # latency budgets: nothing certified, nothing spent
         return {"tags": {CAL_HASH_TAG: key, LEDGER_TAG: "nothing certified"}, "refused": False}
-    prior, count = ledger_spent(client, name, key)
+    digest = router_digest(result.router.policy)
+    prior, count = ledger_spent(client, name, key, digest)
     total = prior + float(own)
-    tags = {CAL_HASH_TAG: key, DELTA_TAG: f"{float(own):.6g}"}
+    tags = {CAL_HASH_TAG: key, DELTA_TAG: f"{float(own):.6g}", DIGEST_TAG: digest}
     if total > LEDGER_LIMIT + 1e-12:
         why = (f"{count} earlier versions of {name} already spent delta {prior:.4g} on these calibration rows; "
                f"comparing this one would leave the champion's statement at probability >= {1 - total:.4g} (limit "

@@ -34,12 +34,15 @@ class FakeClient:
         return self.versions
 
 
-def _version(key, delta, state="spent"):
-    return SimpleNamespace(tags={registry.CAL_HASH_TAG: key, registry.DELTA_TAG: str(delta), registry.LEDGER_TAG: state})
+def _version(key, delta, state="spent", digest=None):
+    tags = {registry.CAL_HASH_TAG: key, registry.DELTA_TAG: str(delta), registry.LEDGER_TAG: state}
+    return SimpleNamespace(tags={**tags, **({registry.DIGEST_TAG: digest} if digest else {})})
 
 
-def _result(tmp_path, delta=0.1, key="abc"):
-    policy = SimpleNamespace(certificate={**_cert(delta), "calibration_hash": key}, metrics={})
+def _result(tmp_path, delta=0.1, key="abc", models=None):
+    policy = SimpleNamespace(certificate={**_cert(delta), "calibration_hash": key}, metrics={}, mode="cascade",
+                             model_sha256=models or {"large_direct.txt": "00"}, decision_rule={"name": "tau"},
+                             strategies=["large_direct", "large_reason"], features=["feat__prompt__x"])
     router = SimpleNamespace(policy=policy, save=lambda folder: None)
     return SimpleNamespace(router=router, evaluation={}, output_dir=tmp_path)
 
@@ -72,3 +75,15 @@ def test_a_router_that_missed_its_test_target_is_never_champion():
     assert why == "missed its target on the test rows (missed by 0.004 (SE 0.02))"
     met = SimpleNamespace(evaluation={"target_met_test": True})
     assert registry._never_champion(met, {"feasible": True}, {"refused": False}) == ""
+
+
+def test_the_same_router_registered_again_spends_nothing_new(tmp_path):
+    result = _result(tmp_path)
+    digest = registry.router_digest(result.router.policy)
+    other = registry.router_digest(_result(tmp_path, models={"large_direct.txt": "11"}).router.policy)
+    assert digest != other
+    # two earlier registrations of this very router (a re-run) and one of another router on the same rows
+    client = FakeClient([_version("abc", 0.1, digest=digest), _version("abc", 0.1, digest=digest),
+                         _version("abc", 0.1, digest=other)])
+    entry = registry.spend_ledger(client, "vlm-router", result)
+    assert entry["spent"] == pytest.approx(0.2) and result.router.policy.certificate["routers_compared"] == 2

@@ -44,6 +44,7 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     assert main(["train", *worse, "--output-dir", "r2"]) == 0
     out = capsys.readouterr().out
     assert "registered vlm-router version 2 (not champion: utility" in out
+    assert "certificate after the choice among versions: with probability >= 0.8 over the calibration draw" in out
     assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "1"
     # the delta ledger (issue 27): version 2 was compared on version 1's calibration rows, so what holds for the
     # champion after that choice is 0.1 + 0.1; its policy.json, MLflow and the registry say so

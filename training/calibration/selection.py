@@ -40,6 +40,10 @@ def restate_result(result, delta_after: float, compared: int, selection: str) ->
     result.router.policy.certificate = cert
     result.evaluation["certificate"] = cert
     result.evaluation.setdefault("calibration", {})["certificate"] = cert
+    if getattr(result, "table", None):
+        from ..report import format_table
+
+        result.table = format_table(result.evaluation)
     if result.router.policy.metrics:
         result.router.policy.metrics["certificate_delta_after_selection"] = cert["delta_after_selection"]
     out = getattr(result, "output_dir", None)

@@ -87,3 +87,15 @@ def test_the_same_router_registered_again_spends_nothing_new(tmp_path):
                          _version("abc", 0.1, digest=other)])
     entry = registry.spend_ledger(client, "vlm-router", result)
     assert entry["spent"] == pytest.approx(0.2) and result.router.policy.certificate["routers_compared"] == 2
+
+
+def test_the_calibration_hash_keys_on_the_rows_and_their_outcomes_only():
+    from routedvlm.training.calibration.certify import calibration_hash
+    from routedvlm.training.synthetic import make_synthetic_labels
+
+    rows = make_synthetic_labels(50, seed=3)
+    same = rows.sample(frac=1.0, random_state=0).assign(image=[object() for _ in range(50)])  # order, in-memory extras
+    assert calibration_hash(rows) == calibration_hash(same)
+    assert calibration_hash(rows) != calibration_hash(rows.head(49))
+    flipped = rows.assign(correct__large_reason=~rows["correct__large_reason"])
+    assert calibration_hash(rows) != calibration_hash(flipped)

@@ -214,10 +214,12 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
 
 
 def calibration_hash(calib: pd.DataFrame) -> str:
-    """The content hash of the calibration rows (order-free): the key of the registry's delta ledger."""
+    """The content hash of the calibration rows (order-free): their ids and labelled outcomes (not features, images
+    or hidden states, which a router may attach in memory): the key of the registry's delta ledger."""
     from ..labels_io import content_hash
 
-    return content_hash(calib)
+    keep = [c for c in calib.columns if c in ("sample_id", "dataset") or c.startswith(("correct__", "latency_ms__"))]
+    return content_hash(calib[keep])
 
 
 def _choose(cal: Calibration) -> Calibration:

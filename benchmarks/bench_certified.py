@@ -141,6 +141,35 @@ def variants(rows: int) -> dict:
 
     router.predict_proba = calibrated
     show("cv rounds + isotonic (OOF)", router)
+    router.predict_proba = plain
+    out["per-row cost"] = per_row_cost(router, split, hidden, feats, paid, accs, ref_ms)
+    return out
+
+
+def per_row_cost(router, split, hidden, feats, paid, accs, ref_ms) -> dict:
+    """The Lagrangian rule argmax P - lambda * cost with a per-row predicted cost (a LightGBM regression of log
+    realized latency per strategy on the training rows) vs one expected cost per strategy, lambda swept."""
+    import lightgbm as lgb
+
+    from routedvlm.training.calibration.rule_family import with_agreement
+    from routedvlm.training.costs import Outcomes
+    from routedvlm.training.fit import lgb_params
+
+    cands, mode = list(router.policy.strategies), router.policy.mode
+    tr, hid = with_agreement(split.train), with_agreement(hidden)
+    o_tr, o_h = Outcomes(tr, cands, mode, paid), Outcomes(hid, cands, mode, paid)
+    x_tr, x_h = tr[feats].to_numpy(float), hid[feats].to_numpy(float)
+    per_row = np.stack([np.exp(lgb.train({**lgb_params(), "objective": "regression"},
+                                         lgb.Dataset(x_tr, label=np.log(o_tr.latency[:, j]), params={"verbosity": -1}),
+                                         150).predict(x_h)) for j in range(len(cands))], axis=1)
+    p = router.predict_proba(router._inputs(hid))[cands].to_numpy(float)
+    out = {}
+    for name, cost in (("expected cost", np.tile(o_tr.latency.mean(axis=0), (len(hid), 1))), ("per-row cost", per_row)):
+        pts = [o_h.of(np.asarray(cands, dtype=object)[np.argmax(p - lam * cost, axis=1)])
+               for lam in np.concatenate([[0.0], np.geomspace(1e-7, 1e-2, 300)])]
+        pts = [(float(c.mean()), float(lat.mean())) for c, lat in pts]
+        out[name] = {a: min([lat for c, lat in pts if c >= a - 1e-12], default=float("nan")) / ref_ms[a] for a in accs}
+        print(f"  lagrangian, {name:<18} " + " | ".join(f"@{a}: {v:.3f}" for a, v in out[name].items()))
     return out
 
 

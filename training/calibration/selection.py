@@ -49,7 +49,12 @@ def restate_result(result, delta_after: float, compared: int, selection: str) ->
     out = getattr(result, "output_dir", None)
     if out is not None and (out / "router").is_dir():
         result.router.save(out / "router")
-        from ..pipeline import jsonable
-
-        (out / "evaluation.json").write_text(json.dumps(result.evaluation, indent=2, default=jsonable) + "\n")
+        (out / "evaluation.json").write_text(json.dumps(result.evaluation, indent=2, default=_jsonable) + "\n")
     return cert
+
+
+def _jsonable(o):
+    """json.dumps default for numpy scalars and arrays (as pipeline.jsonable; no import of the pipeline here)."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

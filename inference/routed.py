@@ -33,10 +33,8 @@ __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM"]
 def attach_router(router, pipeline):
     """Let `router` check the pipeline it will run on (`router.attach`) and switch on what it reads at run time:
     the large model's hidden-state capture for a router with `hidden_layers` (the self-probe)."""
-    attach = getattr(router, "attach", None)
-    if attach is not None:
-        attach(pipeline)
-    layers = getattr(router, "hidden_layers", None)
+    router.attach(pipeline)
+    layers = router.hidden_layers
     if layers:
         from .hidden import enable_capture
 

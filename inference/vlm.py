@@ -136,6 +136,23 @@ class VLM:
     def device(self):
         return next(self.model.parameters()).device
 
+    @property
+    def placement(self) -> tuple:
+        """(device, dtype) of the weights: where a module reading this model's states (the LoRA probe) must run."""
+        return self.model.device, self.model.dtype
+
+    def rope_state(self):
+        """A copy of the rotary-position offsets of the last prefill (Qwen-VL's `rope_deltas`), or None: what a reader
+        continuing this model's KV cache needs beside it."""
+        rope = getattr(getattr(self.model, "model", None), "rope_deltas", None)
+        return None if rope is None else rope.clone()
+
+    def set_rope_state(self, rope) -> None:
+        """Restore offsets saved by `rope_state` before continuing that prefill's cache (no-op for other models)."""
+        owner = getattr(self.model, "model", None)
+        if owner is not None and hasattr(owner, "rope_deltas"):
+            owner.rope_deltas = None if rope is None else rope.clone()
+
     def reasoning_side(self) -> "VLM":
         """The VLM that serves the reasoning mode: the reasoner checkpoint if given, else this one."""
         side = self.reasoner or self

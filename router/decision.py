@@ -1,7 +1,5 @@
-"""What a router decides for one sample, and the decision rule that turns P(correct) into a strategy.
-
-The rule: per row, the cheapest strategy (by expected cost) whose P(correct) >= tau, else the fallback.
-Ties are broken by cost, then by the canonical strategy order (`strategy_order`).
+"""What a router decides for one sample (`Decision`), and the order decision rules scan candidates in: by expected
+cost, ties broken by the canonical strategy order (`strategy_order`). The rules themselves are `decision_rules.py`.
 """
 from __future__ import annotations
 
@@ -12,10 +10,6 @@ import numpy as np
 
 from routedvlm.errors import RouterError
 from .strategies import BASE_STRATEGIES, parse_strategy
-
-FALLBACK_REASON = "fallback"
-ACCEPT_REASON = "p>=tau"
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -58,22 +52,8 @@ def cost_order(strategies, costs: dict[str, float]) -> list[str]:
 
 def choose(p, costs: dict[str, float], tau: float, fallback: str) -> np.ndarray:
     """Per row of `p` (DataFrame: columns = strategies, values = P(correct)), the cheapest strategy whose
-    P(correct) >= tau, else `fallback`. NaN never qualifies. Returns an object array of strategy ids."""
-    order = cost_order(list(p.columns), costs)
-    if len(p) == 0:
-        return np.array([], dtype=object)
-    values = p[order].to_numpy(dtype=float) if order else np.zeros((len(p), 0))
-    ok = values >= float(tau)
-    any_ok = ok.any(axis=1)
-    first = ok.argmax(axis=1) if order else np.zeros(len(p), dtype=int)
-    names = np.array(order + [fallback], dtype=object)
-    return np.where(any_ok, names[first] if order else fallback, fallback).astype(object)
+    P(correct) >= tau, else `fallback` (NaN never qualifies): the tau-rule of `decision_rules`, as a function.
+    Returns an object array of strategy ids."""
+    from .decision_rules import apply_rule, tau_rule
 
-
-def choose_one(p: dict[str, float], order: list[str], tau: float, fallback: str) -> tuple[str, str]:
-    """The scalar form of `choose` for one row, with `order` from `cost_order`: (strategy, reason)."""
-    for s in order:
-        v = p[s]
-        if v >= tau:  # NaN compares False
-            return s, ACCEPT_REASON
-    return fallback, FALLBACK_REASON
+    return apply_rule(tau_rule(tau), p, None, cost_order(list(p.columns), costs), costs, fallback)

@@ -47,6 +47,16 @@ def fixed_rule(strategy: str) -> dict:
     return {"name": "fixed", "param": None, "strategy": strategy}
 
 
+def agreement(values) -> np.ndarray:
+    """Mutual verification's test on agreement-feature values: >= 0.5 agrees; NaN (a missing answer) does not."""
+    return np.nan_to_num(np.asarray(values, dtype=float), nan=0.0) >= 0.5
+
+
+def agrees(value) -> bool:
+    """`agreement` for one value (None counts as a missing answer)."""
+    return value is not None and bool(agreement([float(value)])[0])
+
+
 def uses_model(rule: dict) -> bool:
     """Whether the rule reads the router's P(correct) (tau, lagrangian, binary) or not (mutual verification, fixed)."""
     return rule["name"] in MODEL_RULES
@@ -125,8 +135,7 @@ def apply_rule_arrays(rule: dict, n: int, matrix, accept, agree, order: list[str
     if name == "fixed":
         return np.full(n, rule["strategy"], dtype=object)
     if name == "mutual-verification":
-        ok = np.nan_to_num(np.asarray(agree, dtype=float), nan=0.0) >= 0.5
-        return np.where(ok, rule["accept"], rule["escalate"]).astype(object)
+        return np.where(agreement(agree), rule["accept"], rule["escalate"]).astype(object)
     if name == "binary":
         return np.where(np.asarray(accept) >= rule["param"], rule["accept"], rule["escalate"]).astype(object)
     if n == 0 or not order:  # NaN compares False above
@@ -146,9 +155,7 @@ def apply_rule_one(rule: dict, p: dict, features: dict, order: list[str], costs:
     if name == "fixed":
         return rule["strategy"], "fixed"
     if name == "mutual-verification":
-        v = features.get(AGREE_FEATURE)
-        agree = v is not None and float(v) >= 0.5  # NaN >= 0.5 is False
-        return (rule["accept"], "agree") if agree else (rule["escalate"], "disagree")
+        return (rule["accept"], "agree") if agrees(features.get(AGREE_FEATURE)) else (rule["escalate"], "disagree")
     if name == "binary":
         return (rule["accept"], "p>=theta") if p[rule["accept"]] >= rule["param"] else (rule["escalate"], "escalate")
     if name == "tau":

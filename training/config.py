@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.router_types import TRAINABLE
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
-ROUTER_KINDS = ("lightgbm", "lora-probe", "self-probe")
+ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
 HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
 DEFAULT_DELTA = 0.1
@@ -66,7 +67,10 @@ class TrainConfig:
     num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
     num_leaves: int = _f(15, "LightGBM leaves per tree")
     learning_rate: float = _f(0.05, "LightGBM learning rate")
-    allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
+    strict_features: bool = _f(False, "refuse feature columns that are constant on the training rows (default: drop "
+                                      "them with a warning naming them)")
+    allow_constant_features: bool = _f(False, "kept so older commands still run: constant feature columns are dropped "
+                                              "by default (see --strict-features)")
     allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing "
                                              "(infinite values always fail)")
     max_features: int = _f(256, "sanity limit on the number of feature columns a router trains on (more fail: "

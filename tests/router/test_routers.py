@@ -1,5 +1,4 @@
 """One contract test over every router type, the decision rule's worked example, Policy validation."""
-import importlib
 import json
 import re
 
@@ -23,13 +22,7 @@ def make_router(lgbm_router, request):
     }
 
     def make(router_type):
-        if router_type not in factories:
-            module = ROUTER_TYPES[router_type].partition(":")[0]
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                pytest.skip(f"{module} is not in this tree")
-            pytest.fail(f"router type {router_type!r} exists: add a factory to this contract test")
+        assert router_type in factories, f"router type {router_type!r} is registered: add a factory to this contract test"
         return factories[router_type]()
 
     return make
@@ -67,6 +60,22 @@ def test_router_contract(router_type, make_router, sample_table, tmp_path):
         with pytest.raises(RouterError, match=rf"^The router needs feature\(s\) \['{re.escape(missing)}'\]"):
             router.decide({k: v for k, v in df.iloc[0].items() if k != missing})
     assert router.required_stages <= {"large_direct", "small_direct"}
+    # the run-time hooks are declared on Router: every type answers them (RoutedVLM calls them without asking)
+    assert isinstance(router.hidden_layers, list) and all(isinstance(i, int) for i in router.hidden_layers)
+    assert isinstance(router.trace_info(), dict)
+    assert (router.hidden_layers != []) == (router_type == "self-probe")
+    # the registry names the class it loads and, for a type with model files, the trainer that makes them
+    entry = ROUTER_TYPES[router_type]
+    assert entry.router_class() is type(router)
+    assert (entry.trainer is None) == (router_type in ("fixed", "mutual-verification"))
+
+
+def test_default_hooks_do_nothing():
+    """A router type that reads nothing beside its features inherits hooks that add nothing and check nothing."""
+    router = FixedRouter("large_direct")
+    assert router.hidden_layers == [] and router.trace_info() == {}
+    assert router.attach(pipeline=object()) is None
+    assert router.runtime_inputs(request=None, stages={}, pipeline=None) == {}
 
 
 def test_choose_worked_example():

@@ -37,7 +37,7 @@ def trained(toy_slice):
         mp.chdir(toy_slice["root"])  # the toy split behind the labels is regenerated under ./runs
         labels, meta = load_labels(toy_slice["labels"])
         config = TrainConfig(router="self-probe", data=str(toy_slice["labels"]), output_dir="run", no_mlflow=True,
-                             allow_constant_features=True, num_boost_round=40,
+                             num_boost_round=40,
                              target_accuracy=0.9)  # 60 calibration rows certify 0.9, not the default 0.95
         return train_router(config, labels, meta), toy_slice["root"]
 

@@ -58,11 +58,11 @@ def register(model_uri: str, name: str, labels_hash: str, utility: float) -> str
 
 def promote(config, result, version: str, alias: str) -> dict:
     """Set `alias` on `version` when there is no champion, with --promote, or when its test utility beats the
-    current champion's (tracking.champion_utility); never for a router whose calibration could not certify its
+    current champion's (champion.champion_utility); never for a router whose calibration could not certify its
     target. The registration summary."""
     from mlflow import MlflowClient
 
-    from .tracking import champion_utility
+    from .champion import champion_utility
 
     client = MlflowClient()
     name, mine = config.register_as, result.evaluation["utility"]

@@ -89,7 +89,7 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
 
     monkeypatch.chdir(toy_slice["root"])
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    argv = ["train", "--router", "self-probe", "--data", str(toy_slice["labels"]), "--allow-constant-features",
+    argv = ["train", "--router", "self-probe", "--data", str(toy_slice["labels"]),
             "--hidden-layers", "-1", "--hidden-position", "prompt_last", "--num-boost-round", "40", "--target-accuracy", "0.9",
             "--output-dir", "cli-run", "--register-as", "self-probe-router"]
     assert main(argv) == 0

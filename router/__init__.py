@@ -1,17 +1,22 @@
 """routedvlm.router — features → P(correct) per strategy → decision; artifact format; loading.
 
+Router types: one folder each (`lightgbm/`, `lora_probe/`, `self_probe/`) and `baselines.py` (fixed, mutual
+verification), all reached through the registry `router_types.py`. `base.py` (the Router interface and its run-time
+hooks), `decision_rules.py` (Decision and the rule family), `policy.py` (policy.json), `strategies.py`, `folder.py` +
+`load.py` + `integrity.py` (reading a router back), `mlflow_model.py` + `tracking.py` (MLflow), `checkpoints.py`.
+
 Imports none of the other routedvlm packages except `routedvlm.errors` (the root of the dependency graph).
 Importing it is cheap: lightgbm and mlflow are imported only by the functions that need them.
 """
 from routedvlm.errors import RoutedVLMError, RouterError
 from .base import Router
-from .decision import Decision, choose, strategy_order
+from .decision_rules import Decision, choose
 from .lightgbm import LightGBMRouter
 from .load import load_router
 from .policy import Policy
 from .baselines import FixedRouter, MutualVerificationRouter, make_rule_router
 from .router_types import ROUTER_TYPES, RouterType, router_type
-from .strategies import DEFAULT_K_GRID, Strategy, default_strategies, parse_strategy, transfer_id
+from .strategies import DEFAULT_K_GRID, Strategy, default_strategies, parse_strategy, strategy_order, transfer_id
 from .tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME, resolve_tracking_uri, setup_mlflow
 
 

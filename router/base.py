@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from routedvlm.errors import RouterError
-from .decision import Decision, cost_order, keep_tokens_of
-from .decision_rules import apply_rule, apply_rule_one, describe, tau_rule, uses_model
+from .decision_rules import (Decision, apply_rule, apply_rule_one, cost_order, describe, keep_tokens_of, tau_rule,
+                             uses_model)
 from .policy import Policy
 from .strategies import feature_stages
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from routedvlm.errors import ConfigError, TrainingError, one_of
-from routedvlm.router.decision import strategy_order
+from routedvlm.router.strategies import strategy_order
 from routedvlm.router.strategies import LARGE_REASON
 
 from .config import TrainConfig

@@ -179,7 +179,7 @@ class ProbeNet:
             p = torch.sigmoid(self.logits(h, self.feature_tensor([row]).to(h.device)))[0]
         return p.cpu().numpy().astype(np.float64), used
 
-    # ---- files (probe_files.py) ----
+    # ---- files (files.py) ----
     def save(self, directory: Path) -> dict:
         return save_probe(self, directory)
 

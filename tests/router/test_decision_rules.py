@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from routedvlm.router import Policy, RouterError, load_router
-from routedvlm.router.decision import cost_order
+from routedvlm.router.decision_rules import cost_order
 from routedvlm.router.decision_rules import (AGREE_FEATURE, apply_rule, apply_rule_one, binary_rule, fixed_rule,
                                               lagrangian_rule, mutual_verification_rule, tau_rule)
 

@@ -74,26 +74,30 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     if failed.any():
         log.warning("ignoring %d failed sample(s) (the `error` column is set)", int(failed.sum()))
         df = df.loc[~failed].reset_index(drop=True)
-    return df, {**metadata, "source_path": str(path), "embedded": embedded, "failed_rows": int(failed.sum())}
+    from routedvlm.router.checkpoints import portable_path
+
+    return df, {**metadata, "source_path": portable_path(path), "embedded": embedded, "failed_rows": int(failed.sum())}
 
 
 def with_installed_toy_models(metadata: dict) -> dict:
-    """The embedded labels' metadata with each model that no longer exists at its recorded path (the labels were
-    made on another machine) pointed at the shipped toy checkpoint with the same weights (sha256), so that what
-    reads the labels' models (the LoRA probe's base) finds them wherever the package is installed."""
-    from routedvlm.data.toyworld.make_labels import default_checkpoints
-    from routedvlm.router.checkpoints import weights_hash
+    """The embedded labels' metadata with each model pointed at the folder `locate_checkpoint` finds for it (its
+    recorded path, else the shipped toy checkpoint with the same weights), so that what reads the labels' models
+    (the LoRA probe's base) finds them wherever the package is installed."""
+    from routedvlm.errors import ConfigError
+    from routedvlm.router.checkpoints import locate_checkpoint
 
     models = {side: dict(info) for side, info in (metadata.get("models") or {}).items()}
     for side, info in models.items():
-        recorded, shipped = info.get("name"), default_checkpoints() / side
-        if not recorded or Path(str(recorded)).is_dir() or not shipped.is_dir():
+        recorded = info.get("name")
+        expected = info.get("weights_hash") or (info.get("revision") if str(info.get("revision")).startswith("sha256:")
+                                                else None)
+        try:
+            found = str(locate_checkpoint(recorded, expected, flag=f"--{side}", what=f"the labels' {side} model"))
+        except ConfigError as exc:
+            log.warning("%s", exc)
             continue
-        if info.get("revision") != weights_hash(shipped):
-            log.warning("the embedded labels' %s model %s is missing and the shipped one differs", side, recorded)
-            continue
-        info["name"] = str(shipped)
-        info["modes"] = {mode: {**m, "checkpoint": str(shipped)} if m.get("checkpoint") == recorded else m
+        info["name"] = found
+        info["modes"] = {mode: {**m, "checkpoint": found} if m and m.get("checkpoint") == recorded else m
                          for mode, m in (info.get("modes") or {}).items()}
     return {**metadata, "models": models} if models else metadata
 

@@ -152,7 +152,8 @@ def test_load_errors(probe_run, probe_data, tmp_path, monkeypatch):
     with pytest.raises(RouterError, match=r"^The base checkpoint .* has weights sha256:.*but the probe was trained on"):
         load_router(folder)
     monkeypatch.setenv(BASE_ENV, str(tmp_path / "nowhere"))
-    with pytest.raises(RouterError, match=r"^The lora-probe router needs its base small VLM checkpoint"):
+    with pytest.raises(RouterError, match=r"^The lora-probe router's base small VLM must be a local checkpoint folder; "
+                                          r"'.*nowhere' \(from \$ROUTEDVLM_PROBE_BASE\) does not exist"):
         load_router(folder)
     monkeypatch.delenv(BASE_ENV)
     (folder / "head.safetensors").unlink()
@@ -281,7 +282,7 @@ def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, mo
     small = meta["models"]["small"]
     small["name"], small["modes"]["direct"]["checkpoint"] = gone, gone
     if not same_weights:
-        small["revision"] = "sha256:" + "0" * 64
+        small["revision"] = small["weights_hash"] = "sha256:" + "0" * 64
     path = write_labels(df.head(50), tmp_path / "toy.parquet", meta)
     monkeypatch.setattr(io, "embedded_labels_path", lambda: path)
     _, loaded = io.load_labels(None)
@@ -293,7 +294,8 @@ def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, mo
         assert resolve_base(config, loaded) == Path(shipped).resolve()
     else:
         assert loaded["models"]["small"]["name"] == gone
-        with pytest.raises(ConfigError, match="--base must be a folder"):
+        with pytest.raises(ConfigError, match=r"\(weights sha256:000000000000…, recorded at .*which does not exist "
+                                              r"here\) was not found.*Pass --base FOLDER"):
             resolve_base(config, loaded)
     _, as_file = io.load_labels(path)  # a labels file given with --data is taken as it is
     assert as_file["models"]["small"]["name"] == gone

@@ -55,7 +55,9 @@ def test_trains_saves_and_beats_nothing_it_did_not_measure(trained):
     assert router.policy.params["recomputed"]["answers_equal_labels"] == N_ROWS  # same model, same answers
     ev = json.loads((root / "run" / "evaluation.json").read_text())
     assert set(ev["auroc_large_direct"]) == {"self-probe", "lightgbm"}
-    assert all(0.0 <= v <= 1.0 for v in ev["auroc_large_direct"].values())
+    # the hidden state of the large model's own short answer tells a right answer from a wrong one far better than
+    # chance on held-out rows (0.5), as the tabular features do (toy world: about 0.93 both)
+    assert all(v > 0.75 for v in ev["auroc_large_direct"].values()), ev["auroc_large_direct"]
     names = [r["name"] for r in ev["rows"]]
     assert any(n.startswith("lightgbm chosen: ") for n in names) and names[-1].startswith("chosen: ")
     assert ev["certificate"]["feasible"] and ev["comparison"]["lightgbm"]["certificate"]["router_mode"] == "cascade"

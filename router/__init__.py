@@ -1,9 +1,6 @@
 """routedvlm.router — features → P(correct) per strategy → decision; artifact format; loading.
 
-Router types: one folder each (`lightgbm/`, `lora_probe/`, `self_probe/`) and `baselines.py` (fixed, mutual
-verification), all reached through the registry `router_types.py`. `base.py` (the Router interface and its run-time
-hooks), `decision_rules.py` (Decision and the rule family), `policy.py` (policy.json), `strategies.py`, `folder.py` +
-`load.py` + `integrity.py` (reading a router back), `mlflow_model.py` + `tracking.py` (MLflow), `checkpoints.py`.
+Every router type is reached through one registry (`routedvlm.router.router_types`). File map: docs/layout.md.
 
 Imports none of the other routedvlm packages except `routedvlm.errors` (the root of the dependency graph).
 Importing it is cheap: lightgbm and mlflow are imported only by the functions that need them.

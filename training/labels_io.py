@@ -69,37 +69,12 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     if warnings and metadata.get("candidates") and not set(metadata["candidates"]) <= set(schema.strategies_in(df)):
         metadata = {k: v for k, v in metadata.items() if k != "candidates"}
     metadata = {**metadata, "content_hash": actual}
-    if embedded:
-        metadata = with_installed_toy_models(metadata)
     if failed.any():
         log.warning("ignoring %d failed sample(s) (the `error` column is set)", int(failed.sum()))
         df = df.loc[~failed].reset_index(drop=True)
     from routedvlm.router.checkpoints import portable_path
 
     return df, {**metadata, "source_path": portable_path(path), "embedded": embedded, "failed_rows": int(failed.sum())}
-
-
-def with_installed_toy_models(metadata: dict) -> dict:
-    """The embedded labels' metadata with each model pointed at the folder `locate_checkpoint` finds for it (its
-    recorded path, else the shipped toy checkpoint with the same weights), so that what reads the labels' models
-    (the LoRA probe's base) finds them wherever the package is installed."""
-    from routedvlm.errors import ConfigError
-    from routedvlm.router.checkpoints import locate_checkpoint
-
-    models = {side: dict(info) for side, info in (metadata.get("models") or {}).items()}
-    for side, info in models.items():
-        recorded = info.get("name")
-        expected = info.get("weights_hash") or (info.get("revision") if str(info.get("revision")).startswith("sha256:")
-                                                else None)
-        try:
-            found = str(locate_checkpoint(recorded, expected, flag=f"--{side}", what=f"the labels' {side} model"))
-        except ConfigError as exc:
-            log.warning("%s", exc)
-            continue
-        info["name"] = found
-        info["modes"] = {mode: {**m, "checkpoint": found} if m and m.get("checkpoint") == recorded else m
-                         for mode, m in (info.get("modes") or {}).items()}
-    return {**metadata, "models": models} if models else metadata
 
 
 def content_hash(df: pd.DataFrame) -> str:

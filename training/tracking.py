@@ -32,6 +32,8 @@ def _flat_params(config, result) -> dict:
               for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
     for key, value in sorted(result.metadata.items()):
+        if key == "source_path" and result.metadata.get("embedded"):
+            value = "routedvlm/data/toyworld/labels.parquet"  # the installed package's file, wherever that is
         if key != "content_hash":
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
             params[f"labels.{key}"] = text[:500]

@@ -1,8 +1,8 @@
 """Router type `lora-probe`: the small VLM (+ a LoRA adapter on its last layer) reads the image and question, and a
 head turns its last hidden state (+ stage features) into P(correct) per candidate strategy.
 
-Runtime: `router.py` (`LoRAProbeRouter`, its run-time hooks), `net.py` (`ProbeNet`, the forward; `SharedPrefill`),
-`files.py` (the artifact: `adapter/` peft LoRA weights + config, `head.safetensors`; no pickle). Training:
+Runtime: `LoRAProbeRouter` and its run-time hooks, `ProbeNet` (the forward), the artifact (`adapter/` peft LoRA
+weights + config, `head.safetensors`; no pickle). Training:
 `routedvlm.training.probe.lora_probe.train_probe` (registered in `routedvlm.router.router_types`). Importing this
 package imports neither torch nor peft; building or loading a probe does. Contract: tests/router/test_routers.py.
 """

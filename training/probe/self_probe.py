@@ -165,8 +165,6 @@ def default_layers(n_layers: int) -> list[int]:
 
 def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, HiddenInfo]:
     """The labels with `image`, `question` and the hidden-state column (samples reloaded, large_direct re-run)."""
-    from routedvlm.inference.hidden import decoder_layers
-
     from .data import attach_samples
 
     large = resolve_large(config, metadata)

@@ -65,10 +65,11 @@ def test_quick_demo_prints_and_writes_the_side_by_side_table(quick_demo):
     assert (out / "plot.png").stat().st_size > 10_000 and (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
     md = (out / "table.md").read_text()
     assert all(f"| {n} |" in md for n in names) and "certificate (champion " in md
+    flat = " ".join(stdout.split())  # the certificate's lines wrap where its numbers end
     for text in ("[1/4] labelling 80 toy `label` samples", ": champion (--promote)", "champion (RoutedVLM)",
                  "oracle", "note: latency = sum", "certificate (champion ", "so the champion's guarantee holds at "
                  "delta 0.1 whichever won", "on the eval split that promises accuracy >= accuracy("):
-        assert text in stdout, text
+        assert text in flat, text
 
 
 @pytest.mark.slow
@@ -100,7 +101,8 @@ def test_demo_config_needs_enough_label_samples_for_train_router():
     with pytest.raises(ConfigError, match=r"^The `routers` setting must list router types from 'lightgbm' or "
                                           r"'lora-probe', comma-separated\. Got 'svm' instead\.$"):
         DemoConfig(routers="svm")
-    assert (DemoConfig().target_accuracy, DemoConfig(quick=True).min_accuracy) == (0.95, 0.6)
+    quick = DemoConfig(quick=True)  # a relative target for the quick run too: its 20 calibration rows certify 0.7
+    assert (DemoConfig().target_accuracy, quick.target_accuracy, quick.min_accuracy) == (0.95, 0.7, None)
     assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
     assert (DemoConfig().n_label, DemoConfig().n_eval) == (1000, 150)
 

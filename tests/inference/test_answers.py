@@ -31,7 +31,7 @@ class _Stub:
     def __init__(self, large, small):
         self.answers = {"large_direct": large, "small_direct": small}
 
-    def _run_req(self, req, strategy):
+    def run_strategy(self, req, strategy):
         return Result(self.answers[strategy.id], strategy.id, None, None, [{"stage": strategy.id}])
 
     def escalate(self, large, keep_tokens, reasoning=None):

@@ -85,8 +85,9 @@ class LoRAProbeRouter(Router):
         same = self._same_base(pipeline.small)
         if same and self.net.vlm is not pipeline.small:
             self.net.adopt(pipeline.small)  # one copy of the small model's weights in memory
-        if self.net.vlm.placement != pipeline.small.placement:
-            self.net.to(*pipeline.small.placement)  # the probe runs where the small model runs
+        where = pipeline.small.placement  # None: a served small model, no local weights to run beside
+        if where is not None and self.net.vlm.placement != where:
+            self.net.to(*where)  # the probe runs where the small model runs
         if small is not None and small.generation is not None and same:
             gen = small.generation
             out[SHARED_KEY] = SharedPrefill(gen.cache, gen.prefill_tokens + gen.cached_tokens,

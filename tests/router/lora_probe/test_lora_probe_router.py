@@ -37,3 +37,18 @@ def test_the_small_models_rope_state_is_copied_out_and_back(probe_router):
     assert torch.equal(vlm.rope_state(), torch.tensor([[3]]))
     vlm.set_rope_state(None)
     assert vlm.rope_state() is None
+
+
+@pytest.mark.slow
+def test_a_served_small_model_is_read_through_the_same_methods(probe_router):
+    """A served small side (no local weights: `placement` None) leaves the probe where it is, with nothing shared."""
+    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.router.lora_probe import SHARED_KEY
+
+    assert "placement" not in vars(OpenAIVLM)  # the ModelSide defaults apply: None, nothing to share
+    served = types.SimpleNamespace(name="http://gpu:8000/v1#small", placement=None)
+    before = probe_router.net.vlm.placement
+    stages = {"small_direct": types.SimpleNamespace(generation=None)}
+    out = probe_router.runtime_inputs(types.SimpleNamespace(image="image", question="Q?"), stages,
+                                      types.SimpleNamespace(small=served))
+    assert SHARED_KEY not in out and probe_router.net.vlm.placement == before

@@ -14,23 +14,22 @@ WAIT = 60  # seconds a blocked test audit waits before giving up (only reached w
 
 @pytest.fixture
 def gated(tiny_pair, make_pipeline):
-    """A RoutedVLM (fixed large_direct router, audited against large_reason at alpha 0.2) whose reference runs
-    block until `gate` is set; `started` is set when a reference run begins, `ran` lists what the runs saw."""
+    """A RoutedVLM (fixed large_direct router, audited against large_reason at alpha 0.2) whose audits block (before
+    taking the model lock) until `gate` is set; `started` is set when an audit begins, `ran` lists what audits saw."""
     from routedvlm.inference.routed import RoutedVLM
 
     def make(rate=1.0, **audit):
         pipe = make_pipeline(*tiny_pair)
         vlm = RoutedVLM(pipe, "large_direct", audit_rate=rate, audit={"alpha": 0.2, "seed": 0, "window": 0, **audit})
         vlm.gate, vlm.started, vlm.ran = threading.Event(), threading.Event(), []
-        real = pipe._run_req
+        real = vlm.auditor._audit
 
-        def run_req(req, strat):
-            if strat.id == "large_reason" and threading.current_thread().name == "routedvlm-audit":
-                vlm.started.set()
-                vlm.ran.append("released" if vlm.gate.wait(WAIT) else "timed out")
-            return real(req, strat)
+        def audit(item):
+            vlm.started.set()
+            vlm.ran.append("released" if vlm.gate.wait(WAIT) else "timed out")
+            return real(item)
 
-        pipe._run_req = run_req
+        vlm.auditor._audit = audit
         return vlm
 
     made = []

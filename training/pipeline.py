@@ -72,6 +72,24 @@ def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
                             "route to. Check the scorer and the reference answers (routedvlm labels validate).")
 
 
+def with_calibration_rows(split, path, candidates, features):
+    """`split` with the rows of the labels at `path` as its calibration split (TrainingError when they lack a
+    column the certificate or the router reads)."""
+    from .split import MIN_ROWS, Split
+
+    fresh, _ = load_labels(path)
+    need = [f"correct__{s}" for s in candidates] + [f"latency_ms__{s}" for s in candidates] + list(features)
+    missing = [c for c in need if c not in fresh.columns]
+    if missing:
+        raise TrainingError(f"The calibration labels {path!r} lack columns {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
+                            "label them with the same models, K grid and selector as the training labels.")
+    if len(fresh) < MIN_ROWS["calibration"]:
+        raise TrainingError(f"The calibration labels {path!r} have {len(fresh)} rows; at least "
+                            f"{MIN_ROWS['calibration']} are needed.")
+    log.info("calibrating on %d fresh rows from %s", len(fresh), path)
+    return Split(split.train, fresh.reset_index(drop=True), split.test)
+
+
 def _default_output_dir() -> Path:
     return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
@@ -93,6 +111,8 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
 
         labels, hidden = prepare_hidden(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
+    if config.calibration_data:
+        split = with_calibration_rows(split, config.calibration_data, candidates, features)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     template = prompt_template_of(metadata)
     if hidden is None:

@@ -5,11 +5,11 @@ alpha vs large_reason of about 0.095), serves it with RoutedVLM(audit_rate=1.0) 
 (1) `--same` eval samples of the toy world's own distribution, then (2) `--shifted` samples of harder charts from
 the same generator (4-6 bars with values 7-9: larger sums, which the question does not reveal), sending the gold
 answer of every sample as feedback. The audit records are replayed through three monitors side by side: without
-gold in one epoch (window 0), without gold in epochs of `--window`, and with gold in epochs of `--window` (the
+gold in epochs of 1000 audits (the serve default), without gold in epochs of `--window`, and with gold in epochs of `--window` (the
 live one). Prints, per phase: true regret and disagreement rates, the first audit at which the status is holding,
 whether it ever was violated, and after the shift how many audits it took to leave holding (and to be violated).
 
-    .venv/bin/python benchmarks/bench_audit_drift.py --same 500 --shifted 300 --window 200
+    .venv/bin/python benchmarks/bench_audit_drift.py --same 800 --shifted 400 --window 200
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--same", type=int, default=500, help="same-distribution samples (toy eval split)")
-    p.add_argument("--shifted", type=int, default=300, help="shifted samples (harder charts) after them")
+    p.add_argument("--same", type=int, default=800, help="same-distribution samples (toy eval split)")
+    p.add_argument("--shifted", type=int, default=400, help="shifted samples (harder charts) after them")
     p.add_argument("--window", type=int, default=200, help="audits per epoch of the windowed monitors")
     p.add_argument("--delta", type=float, default=0.05, help="level of the live bounds")
     p.add_argument("--target", type=float, default=0.9, help="train-router --target-accuracy")
@@ -113,7 +113,8 @@ def main(argv=None) -> int:
                                         regret=("regret", "mean")).reindex(["same", "shifted"])
     shift_at = args.same
     rows = {}
-    for name, window, gold in (("no gold, one epoch", 0, False), (f"no gold, epochs of {args.window}", args.window, False),
+    for name, window, gold in (("no gold, epochs of 1000 (default)", 1000, False),
+                               (f"no gold, epochs of {args.window}", args.window, False),
                                (f"gold, epochs of {args.window} (live)", args.window, True)):
         st = replay_statuses(df, live.alpha, live.reference, args.delta, window, gold)
         rows[name] = summarise(st, phase, shift_at)

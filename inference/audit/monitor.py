@@ -4,7 +4,8 @@ Each audit of a uniformly sampled request gives d = 1[routed answer != reference
 gives r = 1[reference right and routed wrong] (the certified regret; r <= d). Upper bound on the regret rate: the
 confidence sequence of bounds.py on z = r where gold is known, else d (z >= r, so it bounds the regret whether or
 not gold arrives, and however it is chosen). Lower bound: on y = r where gold is known, else 0 (y <= r).
-Status: *holding* (upper bound <= alpha), *violated* (lower bound > alpha: only with gold), else *unproven*.
+Status: *holding* (upper bound <= alpha), *violated* (lower bound > alpha: only with gold), else *unproven*; within
+an epoch a status once reached stays (the running intersection of the bounds, valid like the bounds themselves).
 Audits are grouped in epochs of `window` audits (0: one epoch for ever); epoch k uses level
 delta * 6 / (pi^2 k^2), so the chance of any false *holding* or false *violated*, over all epochs and all times, is
 <= delta. While the current epoch has not decided (unproven), the status is the previous epoch's final one, so a
@@ -52,16 +53,20 @@ class Epoch:
     gold: int = 0
     upper_sum: int = 0  # sum of z (regret where gold is known, else disagreement)
     lower_sum: int = 0  # sum of y (regret where gold is known, else 0)
+    held: bool = False  # the upper bound was <= alpha at some audit of this epoch
+    exceeded: bool = False  # the lower bound was > alpha at some audit of this epoch
 
     def bounds(self) -> tuple[float, float]:
         """(upper bound on the regret rate, lower bound) of this epoch, at its level."""
         return upper_bound(self.upper_sum, self.audits, self.level), lower_bound(self.lower_sum, self.audits, self.level)
 
     def verdict(self, alpha: float) -> str:
-        """The epoch's status from the tests at alpha (the bounds compared with alpha, without their grid)."""
-        if self.gold and above(self.lower_sum, self.audits, alpha, self.level):
-            return VIOLATED
-        return HOLDING if below(self.upper_sum, self.audits, alpha, self.level) else UNPROVEN
+        """The epoch's status from the tests at alpha (the bounds compared with alpha, without their grid). Once
+        reached, holding or violated stays for the rest of the epoch: the bounds are valid at all times at once, so
+        their running intersection is too (no flicker at the boundary)."""
+        self.exceeded = self.exceeded or bool(self.gold and above(self.lower_sum, self.audits, alpha, self.level))
+        self.held = self.held or bool(below(self.upper_sum, self.audits, alpha, self.level))
+        return VIOLATED if self.exceeded else HOLDING if self.held else UNPROVEN
 
 
 @dataclass

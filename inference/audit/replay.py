@@ -34,8 +34,9 @@ def status_paths(z, y, gold, alpha: float, delta: float, window: int = 0) -> np.
         level = epoch_level(delta, k, window)
         t = np.arange(1, sl.stop - sl.start + 1)
         zs, ys, gs = (np.cumsum(a[:, sl], axis=1) for a in (z, y, gold.astype(int)))
-        code = np.where(below(zs, t, alpha, level), 1, 0)
-        code = np.where((gs > 0) & above(ys, t, alpha, level), 2, code)
+        held = np.maximum.accumulate(below(zs, t, alpha, level), axis=1)  # once reached, kept for the epoch
+        exceeded = np.maximum.accumulate((gs > 0) & above(ys, t, alpha, level), axis=1)
+        code = np.where(exceeded, 2, np.where(held, 1, 0))
         out[:, sl] = code if carry is None else np.where(code == 0, carry[:, None], code)
         carry = code[:, -1]  # the epoch's own final verdict, which the next epoch shows while it is unproven
     return out

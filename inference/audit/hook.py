@@ -75,5 +75,6 @@ def make_auditor(routed, cfg: AuditConfig) -> ShadowAuditor | None:
                            window=cfg.window)
     logger.info("auditing %.4g of requests against %s at alpha %.4f (%s), delta %g, epochs of %s audits",
                 cfg.rate, reference, alpha, source, cfg.delta, cfg.window or "all")
-    return ShadowAuditor(routed, cfg.rate, monitor, sink=cfg.log, store_inputs=cfg.store_inputs,
+    store = cfg.store_inputs or bool(getattr(cfg.log, "store_inputs", False))  # a log opened to store inputs gets them
+    return ShadowAuditor(routed, cfg.rate, monitor, sink=cfg.log, store_inputs=store,
                          queue_size=cfg.queue_size, seed=cfg.seed)

@@ -1,7 +1,7 @@
-"""routedvlm.inference — model backends, stages, selectors, the collaborative pipeline, RoutedVLM; `serving/` (the
-server) and `profiling/` (latency profiles) are subpackages.
+"""routedvlm.inference — model backends, the collaborative pipeline, RoutedVLM; `serving/`, `profiling/` subpackages.
 
 Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
+File map: docs/layout.md.
 """
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -319,31 +318,39 @@ class LoRAProbeRouter(Router):
         from .integrity import read_verified
 
         params = policy.params
-        net = build_net(base or os.environ.get(BASE_ENV) or params.get("base_model"), policy, params.get("base_hash"))
+        net = build_net(params.get("base_model"), policy, params.get("base_hash"), given=base)
         load_probe(net, lambda rel: read_verified(policy, directory, rel), head=params["head"], adapter=params.get("adapter"))
         return cls(policy, net)
 
 
-def load_base(base, expected_hash: str | None = None):
-    """The probe's base small VLM (a `routedvlm.inference.VLM`); RouterError when missing or not `expected_hash`."""
-    if not base or not Path(str(base)).is_dir():
-        raise RouterError(f"The lora-probe router needs its base small VLM checkpoint; {str(base)!r} is not a folder. "
-                          f"Pass the folder it was trained on (policy.json params.base_model) or set {BASE_ENV}.")
-    found = weights_hash(base)
+def load_base(base, expected_hash: str | None = None, *, given=None):
+    """The probe's base small VLM (a `routedvlm.inference.VLM`): `given` (or $ROUTEDVLM_PROBE_BASE), else the
+    recorded folder `base`, else a shipped toy checkpoint with the same weights (`locate_checkpoint`); RouterError
+    when none is found or the folder found has weights other than `expected_hash`."""
+    from routedvlm.errors import ConfigError
+
+    from .checkpoints import locate_checkpoint
+
+    try:
+        folder = locate_checkpoint(base, expected_hash, given=given, env=BASE_ENV, flag=f"${BASE_ENV}",
+                                   what="The lora-probe router's base small VLM")
+    except ConfigError as exc:
+        raise RouterError(str(exc)) from None
+    found = weights_hash(folder)
     if expected_hash and found != expected_hash:
-        raise RouterError(f"The base checkpoint {str(base)!r} has weights {found}, but the probe was trained on "
+        raise RouterError(f"The base checkpoint {str(folder)!r} has weights {found}, but the probe was trained on "
                           f"{expected_hash}. The LoRA adapter only works on identical base weights: point "
                           f"{BASE_ENV} at the original checkpoint.")
     from routedvlm.inference.vlm import VLM
 
-    return VLM.from_pretrained(str(base))
+    return VLM.from_pretrained(str(folder))
 
 
-def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: int = 0) -> ProbeNet:
+def build_net(base, policy: Policy, expected_hash: str | None = None, *, seed: int = 0, given=None) -> ProbeNet:
     """The policy's probe on its base checkpoint (adapter and head freshly initialised; see `load_weights`)."""
     p = policy.params
     lora = p.get("lora") or {}
-    return ProbeNet(load_base(base, expected_hash), policy.strategies, policy.features,
+    return ProbeNet(load_base(base, expected_hash, given=given), policy.strategies, policy.features,
                     lora_r=lora.get("r", 0) if p.get("adapter") else 0, lora_alpha=lora.get("alpha", 16),
                     head_hidden=p.get("head_hidden", 64), seed=seed)
 

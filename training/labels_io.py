@@ -69,33 +69,12 @@ def load_labels(path) -> tuple[pd.DataFrame, dict]:
     if warnings and metadata.get("candidates") and not set(metadata["candidates"]) <= set(schema.strategies_in(df)):
         metadata = {k: v for k, v in metadata.items() if k != "candidates"}
     metadata = {**metadata, "content_hash": actual}
-    if embedded:
-        metadata = with_installed_toy_models(metadata)
     if failed.any():
         log.warning("ignoring %d failed sample(s) (the `error` column is set)", int(failed.sum()))
         df = df.loc[~failed].reset_index(drop=True)
-    return df, {**metadata, "source_path": str(path), "embedded": embedded, "failed_rows": int(failed.sum())}
+    from routedvlm.router.checkpoints import portable_path
 
-
-def with_installed_toy_models(metadata: dict) -> dict:
-    """The embedded labels' metadata with each model that no longer exists at its recorded path (the labels were
-    made on another machine) pointed at the shipped toy checkpoint with the same weights (sha256), so that what
-    reads the labels' models (the LoRA probe's base) finds them wherever the package is installed."""
-    from routedvlm.data.toyworld.make_labels import default_checkpoints
-    from routedvlm.router.checkpoints import weights_hash
-
-    models = {side: dict(info) for side, info in (metadata.get("models") or {}).items()}
-    for side, info in models.items():
-        recorded, shipped = info.get("name"), default_checkpoints() / side
-        if not recorded or Path(str(recorded)).is_dir() or not shipped.is_dir():
-            continue
-        if info.get("revision") != weights_hash(shipped):
-            log.warning("the embedded labels' %s model %s is missing and the shipped one differs", side, recorded)
-            continue
-        info["name"] = str(shipped)
-        info["modes"] = {mode: {**m, "checkpoint": str(shipped)} if m.get("checkpoint") == recorded else m
-                         for mode, m in (info.get("modes") or {}).items()}
-    return {**metadata, "models": models} if models else metadata
+    return df, {**metadata, "source_path": portable_path(path), "embedded": embedded, "failed_rows": int(failed.sum())}
 
 
 def content_hash(df: pd.DataFrame) -> str:

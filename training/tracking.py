@@ -20,10 +20,20 @@ import warnings
 log = logging.getLogger(__name__)
 
 
+PATH_PARAMS = ("data", "output_dir", "dataset", "base", "large", "tracking_uri")
+
+
 def _flat_params(config, result) -> dict:
-    params = {f"train.{k}": (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in config.to_dict().items()}
+    """MLflow params of a training run; local paths as `portable_path` records them (no writer's machine path)."""
+    from routedvlm.router.checkpoints import portable_path
+
+    params = {f"train.{k}": (",".join(map(str, v)) if isinstance(v, list) else
+                             portable_path(v) if k in PATH_PARAMS and isinstance(v, str) else v)
+              for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
     for key, value in sorted(result.metadata.items()):
+        if key == "source_path" and result.metadata.get("embedded"):
+            value = "routedvlm/data/toyworld/labels.parquet"  # the installed package's file, wherever that is
         if key != "content_hash":
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
             params[f"labels.{key}"] = text[:500]

@@ -1,10 +1,6 @@
 """routedvlm.data.labelling — `routedvlm label`: run both VLMs on a data set and write labels.parquet.
 
-Modules: `cli` (the command), `config` (`LabelConfig`, its flags), `job` (one run per output: lock, resume, finish),
-`samples` (per-sample work: source, pipeline, score, features, metadata), `runner` (samples in flight), `ray_pool`
-(`--ray`), `parts` + `lock` (crash-safe parts, one run per output), `table` + `latency` (rows → the labels table,
-standalone latencies), `metadata`, `merge` (`label merge`). Exports `run_labelling`, `LabelConfig`, `LabelSummary`
-(imported lazily, so the CLI's `--help` stays free of pandas and torch).
+Names are imported lazily, so the CLI's `--help` stays free of pandas and torch. File map: docs/layout.md.
 """
 from __future__ import annotations
 

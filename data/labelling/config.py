@@ -132,17 +132,17 @@ class LabelConfig:
         self.k_grid = ks
 
     def settings(self) -> dict:
-        """What the run computes from (compared on --resume): every field but NOT_SETTINGS, local paths absolute."""
+        """What the run computes from (compared on --resume, recorded in the labels' metadata): every field but
+        NOT_SETTINGS, local paths portable (relative to the working folder when under it, else as given)."""
+        from routedvlm.router.checkpoints import portable_path
+
         out = {}
         for f in fields(self):
             if f.name in NOT_SETTINGS:
                 continue
             value = getattr(self, f.name)
-            if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost") and value:
-                p = Path(str(value)).expanduser()
-                value = str(p.resolve()) if p.exists() else str(value)
-            elif f.name == "out":
-                value = str(Path(str(value)).expanduser().resolve())
+            if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost", "out") and value:
+                value = portable_path(value)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

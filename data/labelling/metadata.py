@@ -12,7 +12,7 @@ import re
 from importlib import metadata as _md
 from pathlib import Path
 
-from routedvlm.router.checkpoints import weights_hash
+from routedvlm.router.checkpoints import config_hash, portable_path, weights_hash
 
 log = logging.getLogger(__name__)
 LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
@@ -48,7 +48,12 @@ def model_revision(name_or_path) -> str | None:
 
 
 def _checkpoint(name, dtype, device) -> dict:
-    return {"name": str(name), "revision": model_revision(name), "dtype": dtype, "device": device}
+    """A local checkpoint by what holds on any machine (weights and config hashes) and its path as given
+    (`portable_path`: relative to the working folder when under it); readers find it with `locate_checkpoint`."""
+    path = Path(str(name)).expanduser()
+    local = path.is_dir()
+    return {"name": portable_path(name), "revision": model_revision(name), "dtype": dtype, "device": device,
+            "weights_hash": weights_hash(path) if local else None, "config_hash": config_hash(path) if local else None}
 
 
 def _remote(vlm) -> dict:
@@ -75,7 +80,7 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
 
     try:
         reason_side = vlm.reasoning_side()
-        reason = {"checkpoint": str(reason_side.name), "mode": reason_side.mode_name("reason")}
+        reason = {"checkpoint": portable_path(reason_side.name), "mode": reason_side.mode_name("reason")}
     except ModeUnavailableError:
         reason = None
     if getattr(vlm, "remote", False):
@@ -88,7 +93,7 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
         **main,
         "reasoner": reasoner,
         "style": vlm.style,
-        "modes": {"direct": {"checkpoint": str(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
+        "modes": {"direct": {"checkpoint": portable_path(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
     }
 
 

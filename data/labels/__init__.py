@@ -1,8 +1,6 @@
 """routedvlm.data.labels — labels.parquet (schema version 1, DESIGN.md): columns, read/write, validation.
 
-Modules: `schema` (column names, `label`, content hash, atomic read/write), `validate` (every problem of a table or
-file at once), `cli` (`routedvlm labels validate`). Exports the names below, imported lazily, so the CLI's `--help`
-stays free of pandas: `from routedvlm.data.labels import read_labels, check_labels`.
+Names are imported lazily, so the CLI's `--help` stays free of pandas. File map: docs/layout.md.
 """
 from __future__ import annotations
 

@@ -233,9 +233,12 @@ def models_by_size(profile: dict) -> list[str]:
 def _match_path(models: dict, path) -> str | None:
     if path is None:
         return None
+    from routedvlm.router.checkpoints import portable_path
+
     want = str(path).rstrip("/")
     for name, entry in models.items():
-        if str(entry.get("path", "")).rstrip("/") == want:
+        recorded = str(entry.get("path", "")).rstrip("/")
+        if recorded == want or (recorded and portable_path(recorded) == portable_path(want)):
             return name
     base = pathlib.Path(want).name
     return base if base in models else None

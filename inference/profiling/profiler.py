@@ -162,12 +162,15 @@ def _reference(meas: dict, settings: ProfileSettings) -> dict:
 
 
 def model_entry(vlm, path: str, settings: ProfileSettings, progress=None) -> dict:
-    """Everything profile.json holds about one model: identity, raw measurements, fit, reference input."""
+    """Everything profile.json holds about one model: identity (its path as `portable_path` records it), raw
+    measurements, fit, reference input."""
+    from routedvlm.router.checkpoints import portable_path
+
     meas = measure_model(vlm, settings, progress)
     fit = fit_components(dict(meas, decode=decode_points(meas["decode"])))
     image_tokens = {str(r["image_size"]): r["image_tokens"] for r in meas["vision"]}
     return {
-        "path": path, "parameters": sum(p.numel() for p in vlm.model.parameters()),
+        "path": portable_path(path), "parameters": sum(p.numel() for p in vlm.model.parameters()),
         "model_type": vlm.model.config.model_type, "dtype": str(next(vlm.model.parameters()).dtype).removeprefix("torch."),
         "image_tokens": image_tokens, "reference": _reference(meas, settings), "fit": fit,
         "end_to_end_mape": end_to_end_mape(meas, fit), "measurements": meas,

@@ -44,7 +44,7 @@ def is_shape_spec(spec) -> bool:
 
 
 def resolve_shape(spec) -> tuple[str, dict, str]:
-    """(display name, config dict, source path) for a shipped shape name or a `config.json` path."""
+    """(display name, config dict, source: the shipped shape's name, or the `config.json` path as given)."""
     spec = str(spec)
     path = SHAPES_DIR / f"{spec}.json" if spec in shape_names() else pathlib.Path(spec)
     if not path.is_file():
@@ -59,7 +59,7 @@ def resolve_shape(spec) -> tuple[str, dict, str]:
         raise ConfigError(f"The shape file {str(path)!r} must have a `model_type` of {one_of(SUPPORTED_MODEL_TYPES)}. "
                           f"Got {model_type!r} instead.")
     name = spec if spec in shape_names() else (path.parent.name if path.name == "config.json" else path.stem)
-    return name, config, str(path)
+    return name, config, spec if spec in shape_names() else str(path)  # a shipped shape by name: no machine path
 
 
 def config_dtype(config: dict) -> str:

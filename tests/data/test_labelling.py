@@ -69,6 +69,9 @@ def test_end_to_end_output_follows_the_schema(full_run):
     assert meta["k_grid"] == [2, 4] and meta["selector"] == "prefix" and meta["latency_source"] == "wall-clock"
     assert meta["execution_mode"] == "one-stage+two-stage" and meta["scorers"] == {"bars": "exact_match"}
     assert meta["models"]["small"]["revision"].startswith("sha256:") and meta["models"]["large"]["dtype"] == "float32"
+    for side in ("small", "large"):  # named by what holds on another machine (weights and config hashes)
+        assert meta["models"][side]["weights_hash"] == meta["models"][side]["revision"]
+        assert meta["models"][side]["config_hash"].startswith("sha256:")
     assert meta["models"]["small"]["modes"]["reason"]["mode"] == "think" and meta["prompts"]["answer_marker"]
     assert meta["torch_threads"] == 1 == meta["run_settings"]["threads"]  # --threads default: stable latencies
     ok = df[df["error"].isna()]

@@ -26,6 +26,8 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     run = client.get_run(re.search(r"mlflow run (\w+)", out).group(1))
     assert run.data.params["labels.content_hash"] == run.data.tags["routedvlm.labels_hash"]
+    machine = [k for k, v in run.data.params.items() if str(tmp_path) in v]  # paths are relative to the working folder
+    assert not machine, f"MLflow params name this machine's paths: {machine}"
     assert "learned.accuracy" in run.data.metrics and "test_utility" in run.data.metrics
     assert run.data.metrics["certificate_delta"] == 0.1 and run.data.metrics["certificate_feasible"] == 1.0
     assert run.data.params["certificate.method"].startswith("learn-then-test") and "policy.rule" in run.data.params

@@ -140,7 +140,8 @@ def test_load_errors(probe_run, probe_data, tmp_path, monkeypatch):
     with pytest.raises(RouterError, match=r"^The base checkpoint .* has weights sha256:.*but the probe was trained on"):
         load_router(folder)
     monkeypatch.setenv(BASE_ENV, str(tmp_path / "nowhere"))
-    with pytest.raises(RouterError, match=r"^The lora-probe router needs its base small VLM checkpoint"):
+    with pytest.raises(RouterError, match=r"^The lora-probe router's base small VLM must be a local checkpoint folder; "
+                                          r"'.*nowhere' \(from \$ROUTEDVLM_PROBE_BASE\) does not exist"):
         load_router(folder)
     monkeypatch.delenv(BASE_ENV)
     (folder / "head.safetensors").unlink()
@@ -256,7 +257,7 @@ def test_missing_non_toy_source_still_asks_for_dataset(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("same_weights", [True, False])
 def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, monkeypatch, same_weights):
-    """Regression: the bundled labels record the toy models by the absolute path of the machine that labelled them;
+    """Regression: the bundled labels recorded the toy models by the absolute path of the machine that labelled them;
     on another clone the probe's base must be the shipped checkpoint with the same weights, never another one."""
     import routedvlm.training.labels_io as io
     from routedvlm.data.labels.schema import read_labels, write_labels
@@ -269,19 +270,16 @@ def test_embedded_labels_find_the_shipped_models_wherever_installed(tmp_path, mo
     small = meta["models"]["small"]
     small["name"], small["modes"]["direct"]["checkpoint"] = gone, gone
     if not same_weights:
-        small["revision"] = "sha256:" + "0" * 64
+        small["revision"] = small["weights_hash"] = "sha256:" + "0" * 64
     path = write_labels(df.head(50), tmp_path / "toy.parquet", meta)
     monkeypatch.setattr(io, "embedded_labels_path", lambda: path)
-    _, loaded = io.load_labels(None)
-    config = TrainConfig(router="lora-probe", no_mlflow=True)
-    if same_weights:
-        shipped = str(default_checkpoints() / "small")
-        assert loaded["models"]["small"]["name"] == shipped
-        assert loaded["models"]["small"]["modes"]["direct"]["checkpoint"] == shipped
-        assert resolve_base(config, loaded) == Path(shipped).resolve()
-    else:
-        assert loaded["models"]["small"]["name"] == gone
-        with pytest.raises(ConfigError, match="--base must be a folder"):
-            resolve_base(config, loaded)
-    _, as_file = io.load_labels(path)  # a labels file given with --data is taken as it is
-    assert as_file["models"]["small"]["name"] == gone
+    for data in (None, path):  # embedded or given with --data: the same rule
+        _, loaded = io.load_labels(data)
+        assert loaded["models"]["small"]["name"] == gone  # the record is kept as written
+        config = TrainConfig(router="lora-probe", no_mlflow=True)
+        if same_weights:
+            assert resolve_base(config, loaded) == (default_checkpoints() / "small").resolve()
+        else:
+            with pytest.raises(ConfigError, match=r"\(weights sha256:000000000000…, recorded at .*which does not "
+                                                  r"exist here\) was not found.*Pass --base FOLDER"):
+                resolve_base(config, loaded)

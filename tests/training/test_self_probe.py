@@ -16,15 +16,17 @@ N_ROWS = 300
 
 @pytest.fixture(scope="module")
 def toy_slice(tmp_path_factory):
-    """The first N_ROWS of the bundled toy labels, written as a labels file (its metadata keeps the sample source
-    and the shipped models), in a fresh working folder."""
-    from routedvlm.data.labels.schema import write_labels
-    from routedvlm.training.labels_io import embedded_labels_path, load_labels
+    """The first N_ROWS of the bundled toy labels, cut with pyarrow as a user would (the `routedvlm` metadata is
+    kept as it is: relative model paths and weights hashes), in a fresh working folder outside the checkout —
+    the labels' recorded paths do not exist there, so the models are found by their weights hash."""
+    import pyarrow.parquet as pq
+
+    from routedvlm.training.labels_io import embedded_labels_path
 
     root = tmp_path_factory.mktemp("self-probe")
-    labels, meta = load_labels(embedded_labels_path())
-    keep = {k: v for k, v in meta.items() if k not in ("source_path", "embedded", "failed_rows", "content_hash")}
-    path = write_labels(labels.head(N_ROWS).reset_index(drop=True), root / "labels.parquet", keep)
+    table = pq.read_table(embedded_labels_path())
+    path = root / "labels.parquet"
+    pq.write_table(table.slice(0, N_ROWS), path)
     return {"root": root, "labels": path}
 
 
@@ -35,8 +37,8 @@ def trained(toy_slice):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(toy_slice["root"])  # the toy split behind the labels is regenerated under ./runs
-        labels, meta = load_labels(toy_slice["labels"])
-        config = TrainConfig(router="self-probe", data=str(toy_slice["labels"]), output_dir="run", no_mlflow=True,
+        labels, meta = load_labels("labels.parquet")
+        config = TrainConfig(router="self-probe", data="labels.parquet", output_dir="run", no_mlflow=True,
                              allow_constant_features=True, num_boost_round=40,
                              target_accuracy=0.9)  # 60 calibration rows certify 0.9, not the default 0.95
         return train_router(config, labels, meta), toy_slice["root"]
@@ -110,3 +112,23 @@ def test_one_shot_self_probe_is_refused():
         TrainConfig(router="self-probe", mode="one-shot")
     with pytest.raises(ConfigError, match=r"`hidden_layers` must be comma-separated integers"):
         TrainConfig(router="self-probe", hidden_layers="last")
+
+
+def test_the_large_model_error_says_what_is_wrong_and_how_to_fix_it(tmp_path):
+    """Regression: a labels' large model recorded at a folder that does not exist here was blamed on an HTTP server."""
+    from routedvlm.training.probe.self_probe import resolve_large
+
+    config = TrainConfig(router="self-probe")
+    missing = {"models": {"large": {"name": "/elsewhere/checkpoints/large", "weights_hash": "sha256:" + "ab" * 32}}}
+    with pytest.raises(ConfigError, match=r"\(weights sha256:abababab.*, recorded at '/elsewhere/checkpoints/large', "
+                                          r"which does not exist here\) was not found.*Pass --large FOLDER") as err:
+        resolve_large(config, missing)
+    assert "HTTP" not in str(err.value)
+    served = {"models": {"large": {"name": "http://127.0.0.1:8101/v1#toy-large", "server": "http://127.0.0.1:8101/v1",
+                                   "model_id": "toy-large", "device": "remote"}}}
+    with pytest.raises(ConfigError, match=r"served over HTTP \(http://127.0.0.1:8101/v1, model 'toy-large'\).*"
+                                          r"Pass --large FOLDER"):
+        resolve_large(config, served)
+    with pytest.raises(ConfigError, match=r"must be a local checkpoint folder; '/nope/large' \(from --large\) does not "
+                                          r"exist"):
+        resolve_large(TrainConfig(router="self-probe", large="/nope/large"), missing)

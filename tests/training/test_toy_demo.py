@@ -137,7 +137,9 @@ def test_train_router_without_data_trains_on_the_bundled_labels_and_says_so(tmp_
                          "--num-boost-round", "50"])
     err = capsys.readouterr().err
     assert rc == 0
-    assert f"from the embedded toy labels {embedded_labels_path()}" in err
+    from routedvlm.router.checkpoints import portable_path
+
+    assert f"from the embedded toy labels {portable_path(embedded_labels_path())}" in err
     assert "embedded toy labels: feature columns that are constant on the toy task are dropped" in err
     assert (tmp_path / "r" / "router" / "policy.json").is_file()
 

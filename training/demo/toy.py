@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routedvlm.errors import ConfigError, RouterError
+from routedvlm.router.checkpoints import portable_path
 from routedvlm.router.strategies import LARGE_REASON
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     rows = live_rows(live, T) + T.replay_rows(trained, best, binary, binary_from, eval_df, ref, MV_KEEP_TOKENS)
     rows = T.with_verdicts(rows, target)
     header = {"router": uri, "champion": best.name, "version": best.info.get("version"),
-              "tracking_uri": best.info["tracking_uri"], "mode": routed.router.policy.mode,
+              "tracking_uri": portable_path(best.info["tracking_uri"]), "mode": routed.router.policy.mode,
               "rule": routed.router.policy.decision_rule, "target": routed.router.policy.target,
               "certificate": cert, "eval_target": target, "delta": cfg.delta, "n_routers": len(trained),
               "n_label": cfg.n_label, "n_eval": len(eval_df),

@@ -23,20 +23,15 @@ log = logging.getLogger(__name__)
 
 
 def resolve_base(config, metadata: dict) -> Path:
-    """The small VLM checkpoint the probe adapts: --base, else the labels' small model (metadata)."""
-    from routedvlm.router.checkpoints import weights_hash
+    """The small VLM checkpoint the probe adapts: --base, else the labels' small model found by `locate_checkpoint`
+    (its recorded path, or a shipped toy checkpoint with the same weights hash)."""
+    from routedvlm.router.checkpoints import locate_checkpoint
 
     small = (metadata.get("models") or {}).get("small") or {}
-    base = config.base or small.get("name")
-    if not base or not Path(str(base)).is_dir():
-        raise ConfigError(f"The lora probe needs the small VLM checkpoint folder: --base must be a folder (the labels "
-                          f"name {small.get('name')!r}). Got {str(base)!r}.")
-    base = Path(str(base)).resolve()
-    recorded = small.get("revision")
-    if config.base is None or str(base) == str(Path(str(small.get("name", ""))).resolve()):
-        if recorded and recorded.startswith("sha256:") and weights_hash(base) != recorded:
-            log.warning("the weights in %s differ from the small model the labels were made with (%s)", base, recorded)
-    return base
+    revision = small.get("revision")
+    expected = small.get("weights_hash") or (revision if str(revision).startswith("sha256:") else None)
+    return locate_checkpoint(small.get("name"), expected, given=config.base, flag="--base",
+                             what="The lora probe's base (the labels' small model)")
 
 
 @dataclass
@@ -74,7 +69,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     """Labels, samples, the LightGBM plan and split, the probe's policy (tau not yet calibrated) and its net."""
     import torch
 
-    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.checkpoints import portable_path, weights_hash
     from routedvlm.router.lora_probe import ProbeNet, load_base
     from routedvlm.router.policy import Policy
 
@@ -99,9 +94,9 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
                           prompt_template=prompt_template_of(metadata))
     fields = {k: v for k, v in template.policy.to_dict().items() if k != "created_at"}
     policy = Policy(**{**fields, "router_type": "lora-probe",
-                       "params": {"base_model": str(base), "base_hash": weights_hash(base),
+                       "params": {"base_model": portable_path(base), "base_hash": weights_hash(base),
                                   "prompt": "small model, direct mode", "split": template.policy.params["split"]}})
-    net = ProbeNet(load_base(base), candidates, features, lora_r=config.lora_r, lora_alpha=2 * max(config.lora_r, 1),
+    net = ProbeNet(load_base(base, given=base), candidates, features, lora_r=config.lora_r, lora_alpha=2 * max(config.lora_r, 1),
                    seed=config.seed)
     set_feature_scaling(net, split.train)
     out = Path(config.output_dir) if config.output_dir else _default_output_dir()

@@ -46,14 +46,23 @@ class HiddenInfo:
 
 
 def resolve_large(config, metadata: dict) -> Path:
-    """The large VLM checkpoint whose hidden states the probe reads: --large, else the labels' large model."""
+    """The large VLM checkpoint whose hidden states the probe reads: --large, else the labels' large model found by
+    `locate_checkpoint` (its recorded path, or a shipped toy checkpoint with the same weights hash)."""
+    from routedvlm.router.checkpoints import locate_checkpoint
+
     large = (metadata.get("models") or {}).get("large") or {}
-    path = getattr(config, "large", None) or large.get("name")
-    if not path or not Path(str(path)).is_dir():
-        raise ConfigError(f"The self-probe reads the large VLM's hidden states, so it needs that checkpoint folder: "
-                          f"--large must be a folder (the labels name {large.get('name')!r}). Got {str(path)!r}. "
-                          "A large model behind an HTTP server (vLLM) returns no hidden states.")
-    return Path(str(path)).resolve()
+    given = getattr(config, "large", None)
+    if not given and (large.get("server") or large.get("device") == "remote"):
+        raise ConfigError(f"The self-probe reads the large VLM's hidden states, and the labels' large model was served "
+                          f"over HTTP ({large.get('server')}, model {large.get('model_id')!r}): a server returns no "
+                          "hidden states. Pass --large FOLDER with the same checkpoint on this machine.")
+    return locate_checkpoint(large.get("name"), large.get("weights_hash") or _sha_revision(large.get("revision")),
+                             given=given, flag="--large", what="The self-probe's large model (the labels' large side)")
+
+
+def _sha_revision(revision) -> str | None:
+    """A labels `revision` that is a weights hash (`sha256:...`; a hub commit is not)."""
+    return revision if isinstance(revision, str) and revision.startswith("sha256:") else None
 
 
 def _pipeline(large_path: Path, metadata: dict):
@@ -77,7 +86,7 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
     from tqdm.auto import tqdm
 
     from routedvlm.inference.hidden import enable_capture, resolve_layers
-    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.checkpoints import portable_path, weights_hash
 
     pipe, vlm = _pipeline(large_path, metadata)
     layers = resolve_layers(vlm.model, list(layers))
@@ -98,7 +107,7 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
                     "its settings may differ from the labelling run", len(rows) - same, len(rows))
     out = data.copy()
     out[HIDDEN_KEY] = pd.Series(vectors, index=data.index, dtype=object)
-    info = HiddenInfo(layers, position, int(vectors[0].shape[0]) if vectors else 0, str(large_path),
+    info = HiddenInfo(layers, position, int(vectors[0].shape[0]) if vectors else 0, portable_path(large_path),
                       weights_hash(large_path), seconds, same, len(rows))
     log.info("hidden states of %d rows (layers %s, %s, %d values) in %.1f s; %d/%d answers equal the labels'",
              len(rows), layers, position, info.size, seconds, same, len(rows))

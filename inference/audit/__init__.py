@@ -1,6 +1,6 @@
-"""routedvlm.inference.audit — the certified promise checked on live traffic: anytime-valid bounds (bounds.py),
-the live status (monitor.py), shadow audits of sampled requests (shadow.py), vectorised replay (replay.py), the
-RoutedVLM hook (hook.py) and the Prometheus view (metrics.py). See docs/audit.md.
+"""routedvlm.inference.audit — the certified promise checked on live traffic: anytime-valid bounds on the
+disagreement and regret rates of sampled requests against the reference strategy, and the status they give
+(holding, unproven, violated). See docs/audit.md; the file map is docs/layout.md.
 """
 from __future__ import annotations
 

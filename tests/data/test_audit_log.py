@@ -50,6 +50,7 @@ def test_a_second_writer_is_refused_while_the_first_is_alive(tmp_path):
             AuditLog(tmp_path / "audit.parquet")
 
 
+@pytest.mark.slow
 def test_nothing_acknowledged_is_lost_on_kill(tmp_path):
     path = tmp_path / "audit.parquet"
     script = textwrap.dedent(f"""

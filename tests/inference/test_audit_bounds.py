@@ -39,6 +39,7 @@ def _bernoulli(rate, n, seed):
     return (np.random.default_rng(seed).random((STREAMS, n)) < rate).astype(int)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [0, 200])
 def test_false_holding_rate_stays_below_delta(window):
     d = _bernoulli(ALPHA, 2000, 1)  # the disagreement rate is at the limit: "holding" would be false
@@ -47,6 +48,7 @@ def test_false_holding_rate_stays_below_delta(window):
     assert not ever(paths, VIOLATED).any()  # without gold, never violated
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [0, 200])
 def test_false_violated_rate_stays_below_delta(window):
     r = _bernoulli(ALPHA, 2000, 2)  # gold on every audit, regret exactly at the limit: "violated" would be false

@@ -9,6 +9,8 @@ from routedvlm.errors import ConfigError
 from routedvlm.inference.audit.hook import AuditConfig, promise
 from routedvlm.inference.audit.shadow import same_answer
 
+pytestmark = pytest.mark.slow  # loads or runs the toy models / trains a router
+
 WAIT = 60  # seconds a blocked test audit waits before giving up (only reached when the code under test is wrong)
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from routedvlm.inference.audit.monitor import HOLDING, VIOLATED, AuditMonitor
 
+pytestmark = pytest.mark.slow  # loads or runs the toy models / trains a router
+
 GOLD_WINDOW, WINDOW = 300, 1000  # epochs with gold on every audit; without gold (the serve default)
 
 

@@ -4,6 +4,9 @@ the fresh labels as its calibration rows."""
 import json
 
 import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow  # loads or runs the toy models / trains a router
 
 N = 24  # >= the 20 calibration rows train-router needs
 

@@ -87,8 +87,8 @@ def test_monitor_follows_the_replayed_path():
     assert seen[599] == HOLDING and seen[-1] == UNPROVEN  # held, then left holding within 2 epochs of the shift
 
 
-def test_gold_feedback_turns_disagreements_into_regret():
-    mon = AuditMonitor(alpha=ALPHA, reference="large_reason")
+def test_gold_feedback_turns_disagreements_into_regret(caplog):
+    mon = AuditMonitor(alpha=ALPHA, reference="large_reason", router="models:/r@champion")
     for i in range(60):
         mon.record(f"r{i}", agree=i % 4 != 0)  # 25 % disagreement: not holding on disagreement alone
     assert mon.status == UNPROVEN
@@ -97,6 +97,8 @@ def test_gold_feedback_turns_disagreements_into_regret():
     for i in range(60, 120):
         mon.record(f"r{i}", agree=True)
     assert mon.status == HOLDING and mon.snapshot()["bound_on"] == "regret"
+    assert "audit status of router models:/r@champion: unproven -> holding" in caplog.text  # one log line per change
+    assert caplog.text.count("unproven -> holding") == 1
     with pytest.raises(KeyError, match=r"^No audit is remembered for request id 'nope'"):
         mon.feedback("nope", regret=True)
     with pytest.raises(KeyError, match=r"^Request 'r0' already has gold feedback"):

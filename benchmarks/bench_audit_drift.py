@@ -29,6 +29,7 @@ def _args(argv=None):
     p.add_argument("--target", type=float, default=0.9, help="train-router --target-accuracy")
     p.add_argument("--router", default=None, help="a trained router folder instead of training one")
     p.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    p.add_argument("--save-log", default=None, help="also copy the audit log's rows to this parquet file")
     return p.parse_args(argv)
 
 
@@ -104,6 +105,8 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         router = Path(args.router) if args.router else train(args.target, tmp / "train")
         df, truth, live, seconds = stream(args, router, tmp)
+        if args.save_log:
+            df.to_parquet(args.save_log)
     audits = df[df["kind"] == "audit"].reset_index(drop=True)
     fb = df[df["kind"] == "feedback"].set_index("request_id")
     phase = [t["phase"] for t in truth]
@@ -120,7 +123,7 @@ def main(argv=None) -> int:
         rows[name] = summarise(st, phase, shift_at)
     live_statuses = [t["status"] for t in truth]
     assert live_statuses == replay_statuses(df, live.alpha, live.reference, args.delta, args.window, True)
-    print(f"router: regret vs {live.reference} <= alpha = {live.alpha:.4f}; delta {args.delta}; "
+    print(f"router (target accuracy {args.target}): regret vs {live.reference} <= alpha = {live.alpha:.4f}; delta {args.delta}; "
           f"{len(audits)} audits in {seconds:.0f} s ({seconds / max(1, len(audits)):.2f} s per request + audit)")
     print(rates.to_string(float_format=lambda v: f"{v:.3f}"))
     head = f"{'monitor':34} {'1st holding':>11} {'violated<shift':>14} {'held@shift':>10} {'leave':>6} {'violated':>8}  final"

@@ -42,7 +42,7 @@ def _load() -> str:
 
 
 def _run(dataset, out, small, large, **overrides) -> dict:
-    from routedvlm.data.labelling.samples import run_labelling
+    from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import toy_label_config
 

@@ -3,7 +3,7 @@
 Tiny random qwen3_vl pair on CPU; a cascade LightGBM router (one booster per candidate, 60 trees of 31
 leaves, trained inline on synthetic features) over the prompt and large_direct features; also mutual
 verification and a fixed policy. Per request, overhead = RoutedVLM wall time minus the time spent inside the
-pipeline's model calls (`_run_req`, `escalate`, patched with timers), so model time, which dominates and is
+pipeline's model calls (`run_strategy`, `escalate`, patched with timers), so model time, which dominates and is
 noisy, cancels out. Side by side: the same requests answered by calling the chosen strategy directly
 (large_direct, then escalate or another strategy, as the policy did). A second measurement replays every
 model call from a cache, timing RoutedVLM's own work alone (no CPU-cache disturbance by the models).
@@ -63,7 +63,7 @@ class ModelTimer:
 
     def __init__(self, pipe):
         self.ms = 0.0
-        for name in ("_run_req", "escalate"):
+        for name in ("run_strategy", "escalate"):
             setattr(pipe, name, self._wrap(getattr(pipe, name)))
 
     def _wrap(self, fn):
@@ -126,8 +126,8 @@ class Replay:
     """Answers the pipeline's model calls from a cache filled on first use, so timing isolates RoutedVLM's own work."""
 
     def __init__(self, pipe):
-        self.cache, self._run, self._escalate = {}, pipe._run_req, pipe.escalate
-        pipe._run_req, pipe.escalate = self.run_req, self.escalate
+        self.cache, self._run, self._escalate = {}, pipe.run_strategy, pipe.escalate
+        pipe.run_strategy, pipe.escalate = self.run_req, self.escalate
 
     def run_req(self, req, strat):
         key = ("run", req.question, strat.id, req.image.tobytes())

@@ -45,7 +45,8 @@ class SampleSource:
         return cls(**data)
 
 
-def _open_local(path: Path, split: str | None):
+def open_local(path: Path, split: str | None):
+    """(datasets.Dataset, split name) of a local file or folder (parquet, JSONL, CSV, imagefolder, save_to_disk)."""
     import datasets
 
     if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
@@ -73,7 +74,8 @@ def _open_local(path: Path, split: str | None):
     return datasets.load_dataset("imagefolder", data_dir=str(path), split=split), split
 
 
-def _open_hub(dataset: str, adapter: Adapter, config: str | None, split: str | None):
+def open_hub(dataset: str, adapter: Adapter, config: str | None, split: str | None):
+    """(datasets.Dataset, config, split) of a hub data set (from the local cache when offline)."""
     import datasets
 
     config = config or adapter.default_config
@@ -88,7 +90,7 @@ def _open_hub(dataset: str, adapter: Adapter, config: str | None, split: str | N
     return ds, config, split
 
 
-def _load_image(value, base_dir: Path | None, sample_id: str):
+def load_sample_image(value, base_dir: Path | None, sample_id: str):
     """PIL images stay; bytes (or {'bytes', 'path'}) are decoded; paths are resolved and must exist."""
     from PIL import Image
 
@@ -114,7 +116,9 @@ def _load_image(value, base_dir: Path | None, sample_id: str):
     return str(path)
 
 
-def _select(ds, adapter: Adapter, split: str, ids, limit) -> list[int]:
+def select_rows(ds, adapter: Adapter, split: str, ids, limit) -> list[int]:
+    """Row positions to load: the first `limit` rows, or those of them whose ids are `ids` (in that order); sample
+    ids must be unique."""
     id_col = adapter.column("id", ds.column_names)
     all_ids = [str(v) for v in ds[id_col]] if id_col else [f"{split}-{i}" for i in range(len(ds))]
     if id_col and len(set(all_ids)) != len(all_ids):
@@ -149,26 +153,26 @@ def load_samples_with_source(dataset, *, config=None, split=None, limit=None, ad
     local = Path(source.dataset).expanduser()
     base_dir = None
     if local.exists():
-        ds, split = _open_local(local, split)
+        ds, split = open_local(local, split)
         chosen = resolve_adapter(source.dataset, adapter, config=config, columns=ds.column_names)
         base_dir = local.parent if local.is_file() else local
     else:
         chosen = resolve_adapter(source.dataset, adapter, config=config)
-        ds, config, split = _open_hub(source.dataset, chosen, config, split)
+        ds, config, split = open_hub(source.dataset, chosen, config, split)
     missing = chosen.missing_columns(ds.column_names)
     if missing:
         raise DatasetError(
             f"Data set {source.dataset!r} (split {split!r}) lacks columns that adapter {chosen.name!r} needs: "
             f"missing {missing}; found {sorted(ds.column_names)}. Pass the right adapter= or rename the columns."
         )
-    indices = _select(ds, chosen, split, ids, limit)
+    indices = select_rows(ds, chosen, split, ids, limit)
     id_col = chosen.column("id", ds.column_names)
     template = chosen.template(prompt_template)
     samples = []
     for index, row in zip(indices, ds.select(indices)):
         sample_id = str(row[id_col]) if id_col else f"{split}-{index}"
         sample = row_to_sample(chosen, row, sample_id)
-        sample.images = [_load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.images = [load_sample_image(img, base_dir, sample_id) for img in sample.images]
         sample.template = template
         if chosen.name == "local":
             sample.dataset = local.stem if local.exists() else sample.dataset

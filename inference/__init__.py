@@ -1,4 +1,5 @@
-"""routedvlm.inference — model backends, the collaborative pipeline, RoutedVLM; `serving/`, `profiling/` subpackages.
+"""routedvlm.inference — model sides (`sides/`), the collaborative pipeline, RoutedVLM; `serving/`, `profiling/`
+subpackages.
 
 Public names are imported lazily (module `__getattr__`), so `import routedvlm.inference` stays light.
 File map: docs/layout.md.
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "VLM": "vlm",
+    "VLM": "sides.local",
     "CollaborativePipeline": "pipeline",
     "PipelineConfig": "pipeline_parts",
     "Result": "pipeline_parts",
@@ -22,7 +23,9 @@ _LAZY = {
     "PromptTemplate": "prompts",
     "RoutedVLM": "routed",
     "RoutedOutput": "policy_runner",
-    "OpenAIVLM": "backends.openai_backend",
+    "OpenAIVLM": "sides.openai",
+    "ModelSide": "sides.base",
+    "load_side": "sides",
 }
 __all__ = sorted(_LAZY)
 

@@ -8,24 +8,6 @@ part), `completion_tokens` its output (reasoning included, like vLLM and OpenAI)
 """
 from __future__ import annotations
 
-from .vlm import THINK_CLOSE
-
-
-def answer_text(vlm, ids, kind: str) -> str:
-    """The answer text of a final answer call's token ids: `kind` "direct" (the whole output is the answer) or
-    "reason" (a reasoning call: the answer is what follows the think block; "" while still reasoning)."""
-    if getattr(vlm, "remote", False):  # token strings of an OpenAI-compatible server
-        from .backends.openai_backend import clean_text
-
-        text = "".join(ids)
-        if kind == "reason":
-            return clean_text(text.split(THINK_CLOSE, 1)[1]) if THINK_CLOSE in text else ""
-        return clean_text(text)
-    if kind == "reason":
-        return vlm.split_reasoning(list(ids))[2] or ""
-    return vlm.clean_answer(list(ids))
-
-
 def answer_side(pipeline, result):
     """(the VLM that made the final answer call, "direct" or "reason")."""
     strategy = result.strategy
@@ -34,24 +16,6 @@ def answer_side(pipeline, result):
         one_call = result.generation is result.reasoning_generation
         return side.reasoning_side(), "reason" if one_call else "direct"
     return (pipeline.small if strategy == "small_direct" else pipeline.large), "direct"
-
-
-def _reasoning_tokens(vlm, ids, kind: str) -> int:
-    if kind != "reason":
-        return 0
-    if getattr(vlm, "remote", False):
-        return ids.index(THINK_CLOSE) if THINK_CLOSE in ids else len(ids)
-    return len(vlm.split_reasoning(list(ids))[0])
-
-
-def _hit_limit(vlm, gen, kind: str, config) -> bool:
-    """Whether the call stopped at its token budget rather than at an end-of-sequence token."""
-    if not gen.token_ids:
-        return False
-    if getattr(vlm, "remote", False):
-        budget = config.max_reason_tokens if kind == "reason" else config.max_direct_tokens
-        return len(gen.token_ids) >= budget
-    return gen.token_ids[-1] not in set(vlm._eos_ids())
 
 
 def usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:
@@ -69,8 +33,10 @@ def finish(pipeline, result, max_tokens: int | None = None) -> tuple[str, str, d
     vlm, kind = answer_side(pipeline, result)
     ids = list(gen.token_ids)
     truncated = max_tokens is not None and len(ids) > max_tokens
-    text = answer_text(vlm, ids[:max_tokens], kind) if truncated else result.answer
+    text = vlm.answer_text(ids[:max_tokens], kind) if truncated else result.answer
     ids = ids[:max_tokens] if truncated else ids
-    reason = "length" if truncated or _hit_limit(vlm, gen, kind, pipeline.config) else "stop"
+    budget = pipeline.config.max_reason_tokens if kind == "reason" else pipeline.config.max_direct_tokens
+    reason = "length" if truncated or vlm.hit_limit(gen, budget) else "stop"
     prompt = int(gen.prefill_tokens) + int(gen.cached_tokens)
-    return text, reason, usage(prompt, len(ids), int(gen.cached_tokens), _reasoning_tokens(vlm, ids, kind))
+    reasoning = vlm.reasoning_token_count(ids) if kind == "reason" else 0
+    return text, reason, usage(prompt, len(ids), int(gen.cached_tokens), reasoning)

@@ -184,7 +184,8 @@ class PrefixState:
         return int(self.input_ids.shape[1])
 
 
-def _rope_owner(model):
+def rope_owner(model):
+    """The submodule that holds the Qwen-VL rope offset (`rope_deltas`), or None for models without one."""
     inner = getattr(model, "model", None)
     return inner if inner is not None and hasattr(inner, "rope_deltas") else None
 
@@ -194,7 +195,7 @@ def prefill_prefix(model, inputs: dict, n_tokens: int) -> PrefixState:
     sliced = {k: (v[:, :n_tokens] if k in ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids") else v)
               for k, v in inputs.items()}
     gen = timed_generate(model, sliced, max_new_tokens=1)
-    owner = _rope_owner(model)
+    owner = rope_owner(model)
     deltas = None if owner is None or owner.rope_deltas is None else owner.rope_deltas.clone()
     return PrefixState(sliced["input_ids"], gen.cache, deltas, gen.vision_ms, gen.prefill_ms)
 
@@ -222,7 +223,7 @@ def continue_from(model, prefix: PrefixState, inputs: dict, *, max_new_tokens: i
     cache = copy.deepcopy(prefix.cache)
     if n < cache.get_seq_length():
         cache.crop(-(cache.get_seq_length() - n))
-    owner = _rope_owner(model)
+    owner = rope_owner(model)
     if restore_rope and owner is not None:
         owner.rope_deltas = None if prefix.rope_deltas is None else prefix.rope_deltas.clone()
     return timed_generate(model, inputs, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,

@@ -1,6 +1,7 @@
 """The collaborative pipeline: every strategy of DESIGN.md on one image + question, with both models resident.
 
-`run` executes one strategy; `escalate` continues a `large_direct` result from the large model's cached
+`run` executes one strategy (`run_strategy` on a prepared request); `complete` is one plain call of one side
+(serve's plain models); `escalate` continues a `large_direct` result from the large model's cached
 image+question prefix with kept reasoning tokens appended (two-stage decoding); `run_many` runs several
 strategies for one sample sharing work through per-model prompt caches (shared_run.py, prompt_cache.py).
 """
@@ -14,7 +15,8 @@ from routedvlm.router.strategies import DEFAULT_K_GRID, LARGE_DIRECT, default_st
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import Handoff, PipelineConfig, Result
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
-from .stages import LargePrompt, answer_prompt, finish_answer, large_prompt, run_direct, run_reasoning
+from .sides.base import ModelSide
+from .stages import finish_answer, record
 from .streaming import answer_segment
 
 logger = logging.getLogger(__name__)
@@ -22,7 +24,7 @@ __all__ = ["CollaborativePipeline", "PipelineConfig", "Result"]
 
 
 class CollaborativePipeline:
-    """Run strategies with a small and a large `VLM` (instances or checkpoint paths).
+    """Run strategies with a small and a large model side (`ModelSide` instances, or checkpoint paths loaded as `VLM`).
 
     selector: "prefix", "suffix" or "attention" (see selectors.py); k_grid: the K values `run_many` uses by
     default. Generation is greedy; `max_direct_tokens`, `max_reason_tokens`, `min_new_tokens` (answers) and
@@ -31,14 +33,14 @@ class CollaborativePipeline:
 
     def __init__(self, small, large, selector: str = "prefix", k_grid=DEFAULT_K_GRID, config: PipelineConfig | None = None,
                  **config_kwargs):
-        from .vlm import VLM
+        from .sides import load_side
 
         self.selector_name = selector
         self.selector = get_selector(selector)
         self.k_grid = parse_k_grid(k_grid)
         self.config = config or PipelineConfig(**config_kwargs)
-        self.small = small if isinstance(small, VLM) else VLM.from_pretrained(small)
-        self.large = large if isinstance(large, VLM) else VLM.from_pretrained(large)
+        self.small = small if isinstance(small, ModelSide) else load_side(small)
+        self.large = large if isinstance(large, ModelSide) else load_side(large)
 
     @property
     def concurrent(self) -> bool:
@@ -53,39 +55,63 @@ class CollaborativePipeline:
         then the large model encodes image + question + kept tokens cold (stage `large_transfer`). With the
         attention selector the large model needs its prefix anyway, so the answer continues from it.
         """
-        strat = parse_strategy(strategy)
-        return self._run_req(make_request(image, question, messages), strat)
+        return self.run_strategy(make_request(image, question, messages), strategy)
 
-    def _run_req(self, req, strat) -> Result:
-        cfg = self.config
+    def run_strategy(self, request, strategy) -> Result:
+        """Run one strategy (an id or a parsed `Strategy`) on a prepared request (`inputs.make_request`)."""
+        strat = parse_strategy(strategy) if isinstance(strategy, str) else strategy
+        req, cfg = request, self.config
         if strat.id == "small_direct":
             with answer_segment(self.small):
-                gen, ans, rec = run_direct(self.small, "small", req, cfg)
-            return Result(ans, strat.id, None, None, [rec], gen)
+                gen, ans, records = self.small.run_direct("small", req, cfg)
+            return Result(ans, strat.id, None, None, records, gen)
         if strat.id == LARGE_DIRECT:
-            return self._large_direct(req, large_prompt(self.large, req, cfg))
+            return self.large_direct(req, self.large.large_prompt(req, cfg))
         if strat.id in ("small_reason", "large_reason"):
             side = self.small if strat.id == "small_reason" else self.large
             with answer_segment(side.reasoning_side(), "reason"):
-                rr = finish_answer(run_reasoning(side, strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
+                rr = finish_answer(side.run_reasoning(strat.answerer, req, cfg, cfg.max_reason_tokens), cfg)
             handoff = Handoff(reasoning_run=rr if strat.id == "small_reason" else None)
             return Result(rr.answer, strat.id, None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
                           reasoning_generation=rr.gen, handoff=handoff)
-        rr = run_reasoning(self.small, "small", req, cfg, self._reason_budget([strat.keep_tokens]))
-        lp = large_prompt(self.large, req, cfg) if self.selector_name in NEEDS_ATTENTION else None
+        rr = self.small.run_reasoning("small", req, cfg, self.reason_budget([strat.keep_tokens]))
+        lp = self.large.large_prompt(req, cfg) if self.selector_name in NEEDS_ATTENTION else None
         return self._transfer(req, strat.keep_tokens, rr, lp, stage="large_transfer", base_trace=[])
 
-    def _large_direct(self, req, lp: LargePrompt) -> Result:
+    def complete(self, side: str, request, *, thinking: bool = True, partial: str | None = None,
+                 max_tokens: int | None = None, min_tokens: int | None = None, check_context=None) -> Result:
+        """One plain call of one side, outside any strategy (`routedvlm serve`'s plain models "small"/"large").
+
+        thinking: reasoning mode (the reasoner checkpoint when the side has one); partial: an assistant message to
+        continue; max_tokens: default the config's reasoning (or, when continuing or not thinking, direct) limit;
+        check_context(prompt_tokens, max_tokens) runs before decoding. The Result's `answer` is None while the
+        output is still reasoning; its `strategy` is "<side>_direct" or "<side>_reason"."""
+        vlm = self.small if side == "small" else self.large
+        model = (vlm.reasoner or vlm) if thinking else vlm
+        mode = "reason" if thinking and model.style != "never" else "direct"
+        cfg = self.config
+        limit = max_tokens or (cfg.max_reason_tokens if mode == "reason" and partial is None else cfg.max_direct_tokens)
+        floor = cfg.min_new_tokens if min_tokens is None else min_tokens
+        check = None if check_context is None else (lambda n: check_context(n, limit))
+        gen, answer, reasoning = model.complete(request, mode, max_tokens=limit, min_tokens=min(floor, limit),
+                                                partial=partial, check_context=check)
+        rec = record(f"{side}_{mode}", side, model, model.mode_name(mode), gen)
+        finish = "stop" if gen.token_ids and not model.hit_limit(gen, limit) else "length"
+        return Result(answer, f"{side}_{mode}", None, reasoning, [rec], gen, finish_reason=finish)
+
+    def large_direct(self, req, lp) -> Result:
+        """`large_direct` answered from the large side's prefix `lp` (`ModelSide.large_prompt`), kept for `escalate`."""
         with answer_segment(self.large):
             gen, ans, rec = lp.answer(lp.direct_text, LARGE_DIRECT)
         return Result(ans, LARGE_DIRECT, None, None, [dict(lp.prefix_record), rec], gen,
                       handoff=Handoff(large_prompt=lp))
 
-    def _reason_budget(self, ks) -> int:
+    def reason_budget(self, ks) -> int:
+        """How many tokens the small side reasons for the K values `ks` (None: all reasoning)."""
         full = any(k is None for k in ks) or self.selector_name in NEEDS_FULL_REASONING
         return self.config.max_reason_tokens if full else min(max(ks), self.config.max_reason_tokens)
 
-    def _select(self, rr, k, lp):
+    def select(self, rr, k, lp):
         """(kept text, number of kept tokens, extra trace records) for K (None = all reasoning)."""
         if k is None:
             return rr.reasoning_text, len(rr.reasoning_ids), []
@@ -97,12 +123,12 @@ class CollaborativePipeline:
         return rr.vlm.decode([rr.reasoning_ids[i] for i in idx]), len(idx), []
 
     def _transfer(self, req, k, rr, lp, *, stage, base_trace, small_records=None) -> Result:
-        kept, n_kept, sel_records = self._select(rr, k, lp)
+        kept, n_kept, sel_records = self.select(rr, k, lp)
         small_records = list(rr.records) if small_records is None else small_records
         with answer_segment(self.large):
             if lp is None:  # one-stage, cold: the large model encodes image + question + kept tokens at once
                 question = self.large.prompts.transfer_question(req.question, kept)
-                gen, ans, rec = answer_prompt(self.large, req, question, stage, self.config)
+                gen, ans, rec = self.large.answer_prompt(req, question, stage, self.config)
             else:
                 gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
         pre = [] if lp is None or base_trace else [dict(lp.prefix_record)]
@@ -132,7 +158,7 @@ class CollaborativePipeline:
         rr = reasoning.handoff.reasoning_run if isinstance(reasoning, Result) else None
         fresh = rr is None
         if fresh:
-            rr = run_reasoning(self.small, "small", lp.request, self.config, self._reason_budget([keep_tokens]))
+            rr = self.small.run_reasoning("small", lp.request, self.config, self.reason_budget([keep_tokens]))
         lp_restore = lp if restore_rope else _NoRestore(lp)
         res = self._transfer(lp.request, keep_tokens, rr, lp_restore, stage="escalate", base_trace=list(result.trace),
                              small_records=list(rr.records) if fresh else [])

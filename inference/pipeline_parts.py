@@ -53,7 +53,7 @@ class Result:
     generation: the answering `Generation` (answer token ids, `token_logprobs`, `first_token_entropy`,
     `token_times_ms`); reasoning_generation: the reasoning run's Generation (its `token_times_ms` compose the
     latency of reasoning truncated at K tokens); kept_text: the transferred reasoning text; handoff: what a later
-    stage continues from (`Handoff`).
+    stage continues from (`Handoff`); finish_reason: see `CollaborativePipeline.complete`.
     """
 
     answer: str
@@ -65,6 +65,7 @@ class Result:
     reasoning_generation: object = field(default=None, repr=False)
     kept_text: str | None = None
     handoff: Handoff = field(default_factory=Handoff, repr=False, compare=False)
+    finish_reason: str | None = None  # set by `CollaborativePipeline.complete`: "stop" or "length" (hit its budget)
 
     @property
     def output_tokens(self) -> int:

@@ -48,8 +48,8 @@ class MutualVerification:
         req = make_request(image, question, messages)
         from routedvlm.router.strategies import parse_strategy
 
-        jobs = {"large": lambda: pipe._run_req(req, parse_strategy("large_direct")),
-                "check": lambda: pipe._run_req(req, parse_strategy(self.check))}
+        jobs = {"large": lambda: pipe.run_strategy(req, parse_strategy("large_direct")),
+                "check": lambda: pipe.run_strategy(req, parse_strategy(self.check))}
         done = parallel(jobs, pipe.concurrent)
         large, check = done["large"], done["check"]
         if answers_agree(large.answer, check.answer):

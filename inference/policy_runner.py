@@ -90,7 +90,7 @@ class PolicyRunner:
 
     def _run_stages(self, req, names, ran: dict) -> dict:
         pipe = self.pipeline
-        jobs = {n: (lambda n=n: pipe._run_req(req, parse_strategy(n))) for n in names if n not in ran}
+        jobs = {n: (lambda n=n: pipe.run_strategy(req, parse_strategy(n))) for n in names if n not in ran}
         ran.update(parallel(jobs, pipe.concurrent))
         return ran
 
@@ -140,7 +140,7 @@ class PolicyRunner:
         strat = parse_strategy(strategy)
         if strat.is_transfer and LARGE_DIRECT in ran:
             return self.pipeline.escalate(ran[LARGE_DIRECT], strat.keep_tokens)
-        return self.pipeline._run_req(req, strat)
+        return self.pipeline.run_strategy(req, strat)
 
 
 def _decision_record(router, decision, feats, features_ms, decision_ms, fallback, error) -> dict:

@@ -14,7 +14,7 @@ import copy
 import itertools
 from dataclasses import dataclass
 
-from .generation import Generation, _rope_owner, common_prefix_len, encode_images, timed_generate
+from .generation import Generation, rope_owner, common_prefix_len, encode_images, timed_generate
 from .stages import record
 
 _SEQ_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
@@ -109,7 +109,7 @@ class PromptCache:
 
     def _call(self, inputs, cache, rope, **kwargs):
         """One timed generate call from `cache` (None: cold, the image encoded once); returns (gen, rope offset)."""
-        owner = _rope_owner(self.model)
+        owner = rope_owner(self.model)
         if cache is not None:
             if owner is not None:
                 owner.rope_deltas = None if rope is None else rope.clone()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import uuid
 from dataclasses import fields
@@ -39,9 +38,7 @@ def attach_router(router, pipeline):
         attach(pipeline)
     layers = getattr(router, "hidden_layers", None)
     if layers:
-        from .hidden import enable_capture
-
-        enable_capture(pipeline.large.model, layers)
+        pipeline.large.capture_hidden(layers)
     return router
 
 
@@ -96,8 +93,8 @@ class RoutedVLM:
         recorded = getattr(getattr(self.router, "policy", None), "prompt_template", None)
         self.prompt_template = PromptTemplate.parse(recorded if prompt_template is None else prompt_template)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
-        remote = all(getattr(side, "remote", False) for side in (pipeline.small, pipeline.large))
-        self.lock = contextlib.nullcontext() if remote else threading.RLock()  # HTTP sides keep no model state
+        stateful = any(side.stateful for side in (pipeline.small, pipeline.large))
+        self.lock = threading.RLock() if stateful else contextlib.nullcontext()  # e.g. HTTP sides keep no model state
         self.auditor = _auditor(self, audit_rate, audit)
 
     @classmethod
@@ -118,12 +115,13 @@ class RoutedVLM:
         `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
         """
         from .pipeline import CollaborativePipeline
+        from .sides import load_side
 
         names = {f.name for f in fields(PipelineConfig)}
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
         if config is not None and cfg_kw:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
-        sides = [_load_side(s, kwargs) for s in (small, large)]
+        sides = [load_side(s, **kwargs) for s in (small, large)]
         pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
         return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template,
                    audit_rate=audit_rate, audit=audit)
@@ -145,8 +143,9 @@ class RoutedVLM:
         response is sent; it runs anyway after a minute)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self._run(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
-        return self._run(self._request(image, question, messages), max_tokens=max_tokens, defer_audit=defer_audit)
+            return [self.run_request(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+        return self.run_request(self._request(image, question, messages), max_tokens=max_tokens,
+                                defer_audit=defer_audit)
 
     __call__ = generate
 
@@ -165,7 +164,10 @@ class RoutedVLM:
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def _run(self, req, *, defer_audit: bool = False, **kwargs) -> RoutedOutput:
+    def run_request(self, req, *, defer_audit: bool = False, **kwargs) -> RoutedOutput:
+        """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
+        (`max_tokens`, `on_decision`, `sink`). A sampled shadow audit is queued after the lock is released
+        (`defer_audit`: see `generate`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
         out.request_id = f"req-{uuid.uuid4().hex}"
@@ -209,19 +211,6 @@ def _auditor(routed, rate, audit):
         cfg.rate = rate
         cfg.__post_init__()
     return make_auditor(routed, cfg)
-
-
-def _load_side(side, kwargs: dict):
-    """A VLM from a path / hub id, an 'http(s)://host:port/v1#model' address, or a VLM object as is."""
-    from .backends.remote import connect, is_remote
-    from .vlm import VLM
-
-    if not isinstance(side, (str, os.PathLike)):
-        return side
-    text = str(side)
-    if is_remote(text):
-        return connect(text)
-    return VLM.from_pretrained(text, **kwargs)
 
 
 def _check_max_tokens(max_tokens) -> None:

@@ -4,8 +4,9 @@ The small model reasons once (as far as the largest K needs) and, when `small_di
 prompts share one prefill of image + question + chat header. The large model prefills its image+question prefix
 once (`large_prefix`); `large_direct`, every `transfer_<K>` in increasing K and `large_reason` (when one checkpoint
 serves both modes) continue through a `PromptCache`, so each transfer branches off the previous K's prompt where
-their token ids agree. Remote (HTTP) sides run their own stages, sharing only the reasoning and the prefix; their
-calls are measured in isolation (a vLLM `cache_salt` per sample, `backends/remote_prompt.py`).
+their token ids agree. A side without an in-process prompt cache (`ModelSide.prompt_cache` None: an HTTP side) runs
+each stage on its own, sharing only the reasoning and the prefix; `ModelSide.start_sample` lets it isolate its
+measurements (the OpenAI side: a vLLM `cache_salt` per sample, `backends/remote_prompt.py`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from routedvlm.router.strategies import LARGE_DIRECT, transfer_id
 
 from .pipeline_parts import Handoff, Result, parallel
 from .prompt_cache import PromptCache
-from .stages import direct_answer, direct_inputs, finish_answer, large_prompt, reason_text, run_reasoning
+from .stages import direct_inputs, finish_answer, reason_text
 
 
 class SharedRun:
@@ -22,29 +23,26 @@ class SharedRun:
     def __init__(self, pipe, request):
         self.pipe, self.req, self.cfg = pipe, request, pipe.config
         self._caches = {}
-        if any(getattr(side, "remote", False) for side in (pipe.small, pipe.large)):
-            import uuid
-
-            request.__dict__["_measure"] = f"routedvlm-{uuid.uuid4().hex[:16]}"  # this sample's cache namespace
+        for side in (pipe.small, pipe.large):
+            side.start_sample(request)
 
     def cache(self, vlm, side: str) -> PromptCache | None:
-        if getattr(vlm, "remote", False):
-            return None
-        key = (side, id(vlm.model))
+        """The sample's prompt cache of `vlm` (one per side and model), None for a side that has none."""
+        key = (side, id(vlm))
         if key not in self._caches:
-            self._caches[key] = PromptCache(vlm, side)
+            self._caches[key] = vlm.prompt_cache(side)
         return self._caches[key]
 
     def run(self, strats) -> dict:
         pipe, cfg = self.pipe, self.cfg
         kinds = {s.id for s in strats}
         ks = sorted({s.keep_tokens for s in strats if s.is_transfer}, key=lambda k: (k is None, k or 0))
-        budget = cfg.max_reason_tokens if "small_reason" in kinds else (pipe._reason_budget(ks) if ks else 0)
+        budget = cfg.max_reason_tokens if "small_reason" in kinds else (pipe.reason_budget(ks) if ks else 0)
         jobs = {}
         if budget:
             jobs["rr"] = lambda: self._small_reasoning(budget, "small_direct" in kinds)
         if LARGE_DIRECT in kinds or ks:
-            jobs["lp"] = lambda: large_prompt(pipe.large, self.req, cfg)
+            jobs["lp"] = lambda: pipe.large.large_prompt(self.req, cfg)
         done = parallel(jobs, pipe.concurrent)
         rr, lp = done.get("rr"), done.get("lp")
         out = {}
@@ -64,34 +62,27 @@ class SharedRun:
     # ----- small side ---------------------------------------------------------------------------------------
     def _small_reasoning(self, budget: int, with_direct: bool):
         small = self.pipe.small
-        if getattr(small, "remote", False):
-            return run_reasoning(small, "small", self.req, self.cfg, budget)
         vlm = small.reasoning_side()
-        upcoming = []
-        if with_direct and vlm is small:  # one checkpoint serves both modes: announce the direct prompt
+        cache, upcoming = self.cache(vlm, "small"), []
+        if cache is not None and with_direct and vlm is small:  # one checkpoint serves both modes: announce the direct prompt
             self._direct_in = direct_inputs(small, self.req)
             upcoming = [self._direct_in["input_ids"]]
-        return run_reasoning(small, "small", self.req, self.cfg, budget, cache=self.cache(vlm, "small"),
-                             upcoming=upcoming)
+        return small.run_reasoning("small", self.req, self.cfg, budget, cache=cache, upcoming=upcoming)
 
     def _small_direct(self) -> Result:
         small = self.pipe.small
-        if getattr(small, "remote", False):
-            from routedvlm.router.strategies import parse_strategy
-
-            return self.pipe._run_req(self.req, parse_strategy("small_direct"))
-        gen, ans, records = direct_answer(small, "small", self.req, self.cfg, cache=self.cache(small, "small"),
-                                          inputs=getattr(self, "_direct_in", None))
+        gen, ans, records = small.run_direct("small", self.req, self.cfg, cache=self.cache(small, "small"),
+                                             inputs=getattr(self, "_direct_in", None))
         return Result(ans, "small_direct", None, None, records, gen)
 
     # ----- large side ---------------------------------------------------------------------------------------
     def _large(self, lp, rr, ks, with_reason: bool) -> dict:
         """large_direct, transfer_<K> in increasing K, and large_reason when it shares the checkpoint."""
         pipe = self.pipe
-        selected = {k: pipe._select(rr, k, lp) for k in ks}
+        selected = {k: pipe.select(rr, k, lp) for k in ks}
         cache = self.cache(pipe.large, "large")
-        if cache is None:  # remote: the server caches the prefix; every prompt is sent on its own
-            out = {LARGE_DIRECT: pipe._large_direct(self.req, lp)}
+        if cache is None:  # no in-process cache (the server caches the prefix): every prompt is sent on its own
+            out = {LARGE_DIRECT: pipe.large_direct(self.req, lp)}
             out[LARGE_DIRECT].trace[0]["shared"] = True
             out.update({transfer_id(k): self._transfer(lp, rr, k, selected[k], None) for k in ks})
             return out
@@ -105,8 +96,8 @@ class SharedRun:
         for i, (sid, inputs) in enumerate(plan):
             upcoming = [later["input_ids"] for _, later in plan[i + 1:]]
             if sid == LARGE_DIRECT:
-                gen, ans, records = direct_answer(pipe.large, "large", self.req, self.cfg, cache=cache,
-                                                  upcoming=upcoming, inputs=inputs)
+                gen, ans, records = pipe.large.run_direct("large", self.req, self.cfg, cache=cache,
+                                                          upcoming=upcoming, inputs=inputs)
                 out[sid] = Result(ans, LARGE_DIRECT, None, None, records, gen, handoff=Handoff(large_prompt=lp))
             elif sid == "large_reason":
                 out[sid] = self._large_reason(cache, inputs)
@@ -117,14 +108,14 @@ class SharedRun:
 
     def _transfer(self, lp, rr, k, selection, cached) -> Result:
         kept, n_kept, sel_records = selection
-        if cached is None:  # remote: the two-stage call and the prefix it reused (remote_prompt.py)
+        if cached is None:  # no in-process cache: the two-stage call and the prefix it reused (remote_prompt.py)
             gen, ans, large = lp.transfer(lp.transfer_text(kept))
         else:
             cache, inputs, upcoming = cached
             gen, large = cache.generate(inputs, "large_transfer", self.pipe.large.mode_name("direct"),
                                         max_new_tokens=self.cfg.max_direct_tokens,
                                         min_new_tokens=self.cfg.min_new_tokens, upcoming=upcoming)
-            ans = self.pipe.large.clean_answer(gen.token_ids)
+            ans = self.pipe.large.answer_text(gen.token_ids, "direct")
         large[-1]["keep_tokens"] = n_kept
         trace = [*_small_records_for(rr, k, self.pipe.selector_name), *large[:-1], *sel_records, large[-1]]
         return Result(ans, transfer_id(k), n_kept, rr.reasoning_text, trace, gen, kept_text=kept,
@@ -132,7 +123,7 @@ class SharedRun:
 
     def _large_reason(self, cache, inputs=None) -> Result:
         cfg = self.cfg
-        run = run_reasoning(self.pipe.large, "large", self.req, cfg, cfg.max_reason_tokens, cache=cache, inputs=inputs)
+        run = self.pipe.large.run_reasoning("large", self.req, cfg, cfg.max_reason_tokens, cache=cache, inputs=inputs)
         rr = finish_answer(run, cfg)
         return Result(rr.answer, "large_reason", None, rr.reasoning_text, list(rr.records), rr.answer_gen or rr.gen,
                       reasoning_generation=rr.gen)

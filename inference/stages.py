@@ -1,6 +1,7 @@
-"""The pipeline's stages: a direct answer, a reasoning run, and the large model's cached prompt prefix.
+"""The stages of a local (transformers) side: a direct answer, a reasoning run, and the cached prompt prefix.
 
-Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
+`sides/local.py` (`VLM`) calls these for its `ModelSide` stage methods; `record` and `ReasoningRun` are the types
+every side returns. Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
 `stage`, `model`, `checkpoint`, `mode`, `vision_ms`, `prefill_ms`, `prefill_tokens`, `cached_tokens`,
 `decode_ms`, `decode_tokens`.
 """
@@ -20,14 +21,6 @@ def record(stage: str, side: str, vlm, mode: str, gen: Generation, **extra) -> d
         "prefill_tokens": int(gen.prefill_tokens), "cached_tokens": int(gen.cached_tokens),
         "decode_ms": round(gen.decode_ms, 3), "decode_tokens": int(gen.output_tokens), **extra,
     }
-
-
-def run_direct(vlm, side: str, request, cfg) -> tuple[Generation, str, dict]:
-    """A short answer in direct mode (thinking off): (generation, answer, trace record)."""
-    if getattr(vlm, "remote", False):  # a model behind an HTTP API runs its own stages (backends/)
-        return vlm.run_direct(side, request, cfg)
-    gen, answer, records = direct_answer(vlm, side, request, cfg)
-    return gen, answer, records[0]
 
 
 def direct_inputs(vlm, request) -> dict:
@@ -54,7 +47,7 @@ def _generate(vlm, side, inputs, stage, mode, cache, upcoming, **kwargs) -> tupl
 
 
 def direct_answer(vlm, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
-    """`run_direct` of a local model, optionally through a PromptCache: (generation, answer, trace records)."""
+    """A short answer in direct mode (thinking off), optionally through a PromptCache: (generation, answer, records)."""
     inputs = direct_inputs(vlm, request) if inputs is None else inputs
     gen, records = _generate(vlm, side, inputs, f"{side}_direct", vlm.mode_name("direct"), cache, upcoming,
                              max_new_tokens=cfg.max_direct_tokens, min_new_tokens=cfg.min_new_tokens)
@@ -78,12 +71,10 @@ class ReasoningRun:
     rope: object = field(default=None, repr=False)  # the Qwen-VL rope offset of that prompt
 
 
-def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),
+def reasoning_run(side_vlm, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),
                   inputs=None) -> ReasoningRun:
     """Reason for at most `max_tokens` tokens (`side_vlm.reasoning_side()` serves the mode). cache: a PromptCache
     of that model (then `records` also lists the prefix spans reused or split off for `upcoming` prompts)."""
-    if getattr(side_vlm, "remote", False):
-        return side_vlm.run_reasoning(side, request, cfg, max_tokens)
     vlm = side_vlm.reasoning_side()
     inputs = reason_inputs(vlm, request) if inputs is None else inputs
     gen, records = _generate(vlm, side, inputs, f"{side}_reason", vlm.mode_name("reason"), cache, upcoming,
@@ -95,17 +86,18 @@ def run_reasoning(side_vlm, side: str, request, cfg, max_tokens: int, *, cache=N
 
 
 def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
-    """Make sure a reasoning run has an answer: if it stopped inside its reasoning, close it and decode one."""
-    if run.answer is not None:
-        return run
-    if getattr(run.vlm, "remote", False):
-        return run.vlm.finish_answer(run, cfg)
+    """Make sure a reasoning run has an answer: if it stopped inside its reasoning, its side closes it and decodes one."""
+    return run if run.answer is not None else run.vlm.finish_answer(run, cfg)
+
+
+def close_reasoning(run: ReasoningRun, cfg) -> ReasoningRun:
+    """Close a local reasoning run that stopped inside its reasoning, continuing its KV cache, and decode its answer."""
     import torch
 
     from .generation import PrefixState
 
     vlm, gen = run.vlm, run.gen
-    body = gen.token_ids if gen.token_ids and gen.token_ids[-1] not in vlm._eos_ids() else gen.token_ids[:-1]
+    body = gen.token_ids if gen.token_ids and gen.token_ids[-1] not in vlm.eos_ids() else gen.token_ids[:-1]
     close = vlm.text_ids(vlm.close_text())
     dev = run.prompt_ids.device
     ids = torch.cat([run.prompt_ids, torch.tensor([body + close], device=dev)], dim=1)
@@ -123,17 +115,10 @@ def finish_answer(run: ReasoningRun, cfg) -> ReasoningRun:
 
 def answer_prompt(vlm, request, question: str, stage: str, cfg) -> tuple[Generation, str, dict]:
     """A cold direct answer of the large model to `question` about the request's image (one-stage transfer)."""
-    if getattr(vlm, "remote", False):
-        return vlm.answer_prompt(request, question, stage, cfg)
     text = vlm.render(request.messages(question), "direct")
     gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
                          min_new_tokens=cfg.min_new_tokens)
     return gen, vlm.clean_answer(gen.token_ids), record(stage, "large", vlm, vlm.mode_name("direct"), gen)
-
-
-def large_prompt(vlm, request, cfg):
-    """The large model's cached image+question prefix: a LargePrompt, or the remote model's counterpart."""
-    return vlm.large_prompt(request, cfg) if getattr(vlm, "remote", False) else LargePrompt(vlm, request, cfg)
 
 
 def _rope(model):

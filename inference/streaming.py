@@ -3,7 +3,7 @@
 The pipeline marks the calls that produce a strategy's final answer (`answer_segment`); while a sink is active
 in the current context (`active(sink)`, set by RoutedVLM after the route is decided), `timed_generate` hands
 those calls a transformers streamer. The sink turns token ids into text deltas with the same function that
-makes the final answer (`answer_text`), holding back what a later token could still change (a partial UTF-8
+makes the final answer (`ModelSide.answer_text`), holding back what a later token could still change (a partial UTF-8
 character, a partial `<think>` tag), so the deltas concatenate to the non-streamed answer. Remote (HTTP)
 models do not stream here: their answer arrives in one delta.
 """
@@ -13,8 +13,7 @@ import contextlib
 import logging
 from contextvars import ContextVar
 
-from .final_answer import answer_text
-from .vlm import THINK_CLOSE, THINK_OPEN
+from .sides.base import THINK_CLOSE, THINK_OPEN
 
 logger = logging.getLogger(__name__)
 _SINK: ContextVar = ContextVar("routedvlm_answer_sink", default=None)
@@ -89,7 +88,7 @@ class _Streamer:
             return
         self.ids.extend(int(t) for t in value.reshape(-1).tolist())
         ids = self.ids if sink.max_tokens is None else self.ids[: sink.max_tokens]
-        sink.offer(_stable(answer_text(self.segment.vlm, ids, self.kind), self.segment.markers))
+        sink.offer(_stable(self.segment.vlm.answer_text(ids, self.kind), self.segment.markers))
 
     def end(self) -> None:
         return None
@@ -147,7 +146,7 @@ class RoutedStream:
             put(("route", dict(self.route)))
 
         try:
-            self.output = self.routed._run(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
+            self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(("error", exc))
             return

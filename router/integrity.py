@@ -16,15 +16,7 @@ from routedvlm.errors import RouterLoadError
 
 log = logging.getLogger(__name__)
 HASHED_SINCE = 2  # the policy.json format version from which every named model file needs a digest
-CHUNK = 1 << 22
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from .provenance import CHUNK, sha256_file  # noqa: F401 - kept importable from here
 
 
 def inside(directory: Path, rel) -> tuple[Path | None, str | None]:

@@ -14,10 +14,10 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
+from .provenance import now_iso
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
@@ -30,10 +30,6 @@ PAID_STAGES = ((), (LARGE_DIRECT,), (LARGE_DIRECT, SMALL_DIRECT))
 TARGET_KINDS = ("accuracy", "latency_ms", "min_accuracy")
 CERTIFICATE_KEYS = ("bound", "delta", "method", "n")
 PROMPT_TEMPLATES = ("custom", "lmms-eval", "none")  # routedvlm.inference.prompts.TEMPLATE_NAMES
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _meta(help_text: str) -> dict:
@@ -71,7 +67,7 @@ class Policy:
     model_sha256: dict[str, str] = field(
         default_factory=dict, metadata=_meta("{model file path relative to the router folder: sha256 hex digest}")
     )
-    created_at: str = field(default_factory=_now, metadata=_meta("ISO 8601 UTC creation time"))
+    created_at: str = field(default_factory=now_iso, metadata=_meta("ISO 8601 UTC creation time"))
 
     def __post_init__(self):
         self.strategies = list(self.strategies)

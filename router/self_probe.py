@@ -104,7 +104,7 @@ class SelfProbeRouter(Router):
     def attach(self, pipeline) -> None:
         """Check that the pipeline's large model can give this probe its input (RoutedVLM calls it on load)."""
         large = pipeline.large
-        if getattr(large, "remote", False):
+        if not large.returns_hidden_states:
             raise RouterError(
                 "The self-probe router reads the large model's hidden states, and the large side is behind an "
                 f"OpenAI-compatible server ({getattr(large, 'name', large)}): vLLM and SGLang return no hidden "

@@ -170,6 +170,38 @@ def test_no_module_level_import_cycles():
     assert not _cycles(graph), f"module-level import cycles: {_cycles(graph)}"
 
 
+def _all_imports(tree: ast.Module) -> list[ast.stmt]:
+    """Every import statement of a module, inside functions too (only `if TYPE_CHECKING:` blocks left out)."""
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for stmt in node.body for n in ast.walk(stmt)}
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in skipped]
+
+
+# Circles closed by imports inside functions that are being removed elsewhere (issue #25: the router types become
+# units); each entry is one strongly connected component, to be deleted when that work lands. Nothing else may go here.
+KNOWN_FUNCTION_LEVEL_CYCLES = [
+    ["routedvlm.router.base", "routedvlm.router.folder"],
+    ["routedvlm.router.lora_probe", "routedvlm.router.probe_files"],
+    ["routedvlm.training.pipeline", "routedvlm.training.probe.evaluate", "routedvlm.training.probe.self_probe"],
+    ["routedvlm.training.registry", "routedvlm.training.tracking"],
+]
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    """A lazy import (kept off the `--help` path: torch, mlflow, lightgbm) is fine, as long as it closes no circle."""
+    modules = _modules()
+    graph = {name: _imports(_all_imports(ast.parse(path.read_text())), path, modules) - {name}
+             for name, path in modules.items()}
+    cycles = [c for c in _cycles(graph) if c not in KNOWN_FUNCTION_LEVEL_CYCLES]
+    assert not cycles, f"import cycles (counting imports inside functions): {cycles}"
+
+
+def test_function_level_imports_are_seen():
+    """The check above sees an import inside a function and leaves out TYPE_CHECKING blocks."""
+    tree = ast.parse("import typing\nif typing.TYPE_CHECKING:\n    import a\ndef f():\n    from b import c\n")
+    assert [ast.unparse(n) for n in _all_imports(tree)] == ["import typing", "from b import c"]
+
+
 def test_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

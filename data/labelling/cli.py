@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return merge_main(argv[1:])
     args = _parser().parse_args(argv)
     from .config import LabelConfig
-    from .samples import run_labelling
+    from .job import run_labelling
 
     cfg = LabelConfig(**vars(args))
     _setup_logging()

@@ -23,6 +23,16 @@ def both_remote(cfg) -> bool:
     return is_remote(cfg.small) and is_remote(cfg.large)
 
 
+def requests_in_flight(cfg, remote: bool) -> int | None:
+    """Samples in flight on one model at once: 1 for local models (one per replica), else concurrency x Ray
+    workers (None: Ray workers not counted yet, i.e. as many as the cluster gives)."""
+    if not remote:
+        return 1
+    if cfg.ray and cfg.num_workers is None:
+        return None
+    return int(cfg.concurrency) * (int(cfg.num_workers) if cfg.ray else 1)
+
+
 @dataclass
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""

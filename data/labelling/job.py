@@ -24,7 +24,7 @@ def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set,
             label_seconds: float) -> LabelSummary:
     """Merge the intact parts into `cfg.out` once they hold every selected sample (never a partial file)."""
     from routedvlm.errors import LabelsError
-    from .metadata import now_iso
+    from routedvlm.router.provenance import now_iso
 
     rows = store.read_parts()
     stored = set(rows["sample_id"].astype(str)) if len(rows) else set()

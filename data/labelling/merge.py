@@ -53,7 +53,7 @@ def _shards_note(metas: list[dict]) -> None:
 
 def merge_label_files(out, files, *, overwrite: bool = False) -> pd.DataFrame:
     """Validate, check and concatenate labels files into `out` (refuses to overwrite unless `overwrite`)."""
-    from .metadata import now_iso
+    from routedvlm.router.provenance import now_iso
 
     files = [str(f) for f in files]
     if not files:

@@ -5,7 +5,6 @@ found in the local cache), else `sha256:` over the names and bytes of its weight
 """
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import platform
 import re
@@ -47,34 +46,25 @@ def model_revision(name_or_path) -> str | None:
     return _snapshot_commit(path) or weights_hash(path)
 
 
-def _checkpoint(name, dtype, device) -> dict:
-    """A local checkpoint by what holds on any machine (weights and config hashes) and its path as given
+def describe_side(vlm) -> dict:
+    """`ModelSide.describe()` as recorded: the weights' revision in place of the folder it is read from, and a
+    checkpoint this process loaded by what holds on any machine (weights and config hashes) and its path as given
     (`portable_path`: relative to the working folder when under it); readers find it with `locate_checkpoint`."""
-    path = Path(str(name)).expanduser()
-    local = path.is_dir()
-    return {"name": portable_path(name), "revision": model_revision(name), "dtype": dtype, "device": device,
-            "weights_hash": weights_hash(path) if local else None, "config_hash": config_hash(path) if local else None}
+    info = vlm.describe()
+    weights, checkpoint = info.pop("weights", None), info.pop("checkpoint", None)
+    keys = list(info)
+    at = keys.index("dtype") if "dtype" in keys else len(keys)
+    out = {**{k: info[k] for k in keys[:at]}, "revision": model_revision(weights) if weights else None,
+           **{k: info[k] for k in keys[at:]}}
+    if checkpoint is not None:
+        path = Path(str(checkpoint)).expanduser()
+        local = path.is_dir()
+        out.update(name=portable_path(checkpoint), weights_hash=weights_hash(path) if local else None,
+                   config_hash=config_hash(path) if local else None)
+    return out
 
 
-def _remote(vlm) -> dict:
-    """A served model: its server URL and model id, and what the server reports (`GET /v1/models`); its revision
-    is the weights hash of the served folder when that folder is readable here (same machine), else None."""
-    from routedvlm.inference.backends.remote import served_model
-
-    served = served_model(vlm)
-    root = served.get("root")
-    revision = model_revision(root) if root and Path(root).exists() else None
-    return {"name": vlm.name, "server": vlm.client.base_url, "model_id": vlm.model_id, "served": served,
-            "revision": revision, "dtype": None, "device": "remote"}
-
-
-def _dtype_of(vlm, dtype):
-    if dtype or getattr(vlm, "model", None) is None:
-        return dtype
-    return str(vlm.model.dtype).replace("torch.", "")
-
-
-def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
+def side_info(vlm) -> dict:
     """One side's checkpoints (or servers and model ids) and which one served which mode (direct / reason)."""
     from routedvlm.errors import ModeUnavailableError
 
@@ -83,15 +73,9 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
         reason = {"checkpoint": portable_path(reason_side.name), "mode": reason_side.mode_name("reason")}
     except ModeUnavailableError:
         reason = None
-    if getattr(vlm, "remote", False):
-        reasoner = _remote(vlm.reasoner) if vlm.reasoner is not None else None
-        main = _remote(vlm)
-    else:
-        reasoner = _checkpoint(reasoner_path, _dtype_of(vlm.reasoner or vlm, dtype), device) if reasoner_path else None
-        main = _checkpoint(path, _dtype_of(vlm, dtype), device)
     return {
-        **main,
-        "reasoner": reasoner,
+        **describe_side(vlm),
+        "reasoner": describe_side(vlm.reasoner) if vlm.reasoner is not None else None,
         "style": vlm.style,
         "modes": {"direct": {"checkpoint": portable_path(vlm.name), "mode": vlm.mode_name("direct")}, "reason": reason},
     }
@@ -100,8 +84,7 @@ def side_info(vlm, path, reasoner_path, *, dtype, device) -> dict:
 def scale_info(cfg) -> dict:
     """How a run spreads its samples: `concurrency`, `requests_in_flight` (per model; 1 = standalone wall times),
     `runner` ('serial', 'threads' or 'ray') and, for Ray, its address, workers and GPUs per worker."""
-    from .config import both_remote
-    from .runner import requests_in_flight
+    from .config import both_remote, requests_in_flight
 
     info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, both_remote(cfg)),
             "runner": "ray" if cfg.ray else "threads" if int(cfg.concurrency) > 1 else "serial"}
@@ -121,5 +104,4 @@ def library_versions() -> dict:
     return out
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+

@@ -8,7 +8,6 @@ again. `lock` (see lock.py) keeps a second run off the folder while the first is
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from routedvlm.errors import ConfigError, LabelsError, RoutedVLMError
+from routedvlm.router.provenance import sha256_file
 from .lock import RunLock, storage_error
 
 log = logging.getLogger(__name__)
@@ -28,14 +28,6 @@ LOCK = "lock"
 ORDER_COLUMN = "_position"  # the sample's position in the data set; parts only, dropped at merge
 PART_RE = re.compile(r"^part-(?P<n>\d+)(?:-(?P<sha>[0-9a-f]{64}))?\.parquet$")
 _NUMBERED = re.compile(r"^part-(?P<n>\d+)")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def settings_diff(old: dict, new: dict) -> list[str]:
@@ -120,7 +112,7 @@ class PartStore:
             return self._verified[path.name]
         want = PART_RE.match(path.name).group("sha")
         try:
-            ok = want is None or _sha256(path) == want  # parts of older versions carry no checksum
+            ok = want is None or sha256_file(path) == want  # parts of older versions carry no checksum
         except OSError:
             ok = False
         if not ok:
@@ -169,7 +161,7 @@ class PartStore:
 
         def write(tmp):
             df.to_parquet(tmp, index=False)
-            holder["path"] = self.dir / f"part-{n:05d}-{_sha256(Path(tmp))}.parquet"
+            holder["path"] = self.dir / f"part-{n:05d}-{sha256_file(Path(tmp))}.parquet"
             return holder["path"]
 
         self._write(None, write)

@@ -14,22 +14,15 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
+from .config import requests_in_flight
+
 FLUSH_SECONDS = 120.0
 WALL_CLOCK, BATCHED, COST_MODEL = "wall-clock", "batched-wall-clock", "cost-model"
 
 
-def has_local_side(pipe) -> bool:
-    return not (getattr(pipe.small, "remote", False) and getattr(pipe.large, "remote", False))
-
-
-def requests_in_flight(cfg, remote: bool) -> int | None:
-    """Samples in flight on one model at once: 1 for local models (one per replica), else concurrency x Ray
-    workers (None: Ray workers not counted yet, i.e. as many as the cluster gives)."""
-    if not remote:
-        return 1
-    if cfg.ray and cfg.num_workers is None:
-        return None
-    return int(cfg.concurrency) * (int(cfg.num_workers) if cfg.ray else 1)
+def has_stateful_side(pipe) -> bool:
+    """Whether a side holds per-call state (`ModelSide.stateful`, e.g. a local model): then samples take turns."""
+    return any(side.stateful for side in (pipe.small, pipe.large))
 
 
 def latency_source(cfg, remote: bool) -> str:
@@ -100,7 +93,7 @@ def label_rows(pipe, cfg, todo, load, stage_ms, on_row, stop: threading.Event | 
         for position, sample_id in todo:
             on_row(process(pipe, cfg, position, sample_id, load, load.dataset_name, stage_ms))
         return
-    view = _Serialised(pipe) if has_local_side(pipe) else pipe
+    view = _Serialised(pipe) if has_stateful_side(pipe) else pipe
     stop = stop or threading.Event()
 
     def work(item):

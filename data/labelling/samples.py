@@ -63,19 +63,19 @@ def open_source(cfg: LabelConfig):
     source = SampleSource(cfg.dataset, cfg.dataset_config, cfg.split, cfg.adapter, cfg.limit)
     local, base_dir, config = Path(source.dataset).expanduser(), None, source.config
     if local.exists():
-        ds, split = loading._open_local(local, source.split)
+        ds, split = loading.open_local(local, source.split)
         adapter = resolve_adapter(source.dataset, source.adapter, config=config, columns=ds.column_names)
         base_dir = local.parent if local.is_file() else local
     else:
         adapter = resolve_adapter(source.dataset, source.adapter, config=config)
-        ds, config, split = loading._open_hub(source.dataset, adapter, config, source.split)
+        ds, config, split = loading.open_hub(source.dataset, adapter, config, source.split)
     missing = adapter.missing_columns(ds.column_names)
     if missing:
         from routedvlm.errors import DatasetError
 
         raise DatasetError(f"Data set {source.dataset!r} lacks columns adapter {adapter.name!r} needs: {missing}; "
                            f"found {sorted(ds.column_names)}. Pass --adapter or rename the columns.")
-    positions = loading._select(ds, adapter, split, None, source.limit)
+    positions = loading.select_rows(ds, adapter, split, None, source.limit)
     id_col = adapter.column("id", ds.column_names)
     ids = [str(v) for v in ds[id_col]] if id_col else None
     keyed = [(i, ids[i] if ids else f"{split}-{i}") for i in positions]
@@ -85,7 +85,7 @@ def open_source(cfg: LabelConfig):
 
     def load(position: int, sample_id: str):
         sample = row_to_sample(adapter, ds[int(position)], sample_id)
-        sample.images = [loading._load_image(img, base_dir, sample_id) for img in sample.images]
+        sample.images = [loading.load_sample_image(img, base_dir, sample_id) for img in sample.images]
         sample.template = template
         sample.dataset = name if adapter.name == "local" else sample.dataset
         return sample
@@ -152,25 +152,15 @@ def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stag
 
 
 # ----- models, metadata ---------------------------------------------------------------------------------------
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
-    """One side: a local checkpoint / hub id, or '<base_url>#<model id>' on an OpenAI-compatible server (whose
-    one-stage transfers are then also measured cold when `measure_cold`, i.e. for wall-clock latencies)."""
-    from routedvlm.inference import VLM
-    from routedvlm.inference.backends.remote import connect, is_remote
+    """One side (`routedvlm.inference.load_side`): a local checkpoint / hub id, or '<base_url>#<model id>' on an
+    OpenAI-compatible server (whose one-stage transfers are then also measured cold when `measure_cold`, i.e. for
+    wall-clock latencies)."""
+    from routedvlm.inference.sides import load_side as load
 
-    if is_remote(spec):
-        vlm = connect(spec, reasoner=reasoner)
-        vlm.measure_cold = measure_cold
-        return vlm
-    return VLM.from_pretrained(spec, device, dtype, reasoner=reasoner)
+    side = load(spec, reasoner=reasoner, device=device, dtype=dtype)
+    side.measure_cold = measure_cold
+    return side
 
 
 def _torch_threads() -> int:
@@ -183,7 +173,7 @@ def load_pipeline(cfg: LabelConfig):
     """(CollaborativePipeline with both models loaded, resolved device)."""
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.backends.remote import is_remote
-    from routedvlm.inference.vlm import set_threads
+    from routedvlm.inference.sides.local import resolve_device, set_threads
 
     set_threads(cfg.threads)
     device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
@@ -210,12 +200,13 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
     from dataclasses import asdict
 
-    from ..adapters import get_adapter
-    from .metadata import library_versions, now_iso, scale_info, side_info
+    from routedvlm.router.provenance import now_iso
 
-    models = {side: side_info(getattr(pipe, side), getattr(cfg, side), getattr(cfg, f"{side}_reasoner"),
-                              dtype=cfg.dtype, device=device) for side in ("small", "large")}
-    remote = [side for side in ("small", "large") if getattr(getattr(pipe, side), "remote", False)]
+    from ..adapters import get_adapter
+    from .metadata import library_versions, scale_info, side_info
+
+    models = {side: side_info(getattr(pipe, side)) for side in ("small", "large")}
+    remote = [side for side in ("small", "large") if "server" in models[side]]  # sides measured over HTTP
     extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
     return {
         **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
@@ -226,11 +217,3 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
         "run_settings": cfg.settings(),
     }
-
-
-# ----- the run ------------------------------------------------------------------------------------------------
-def run_labelling(cfg: LabelConfig) -> LabelSummary:
-    """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out` (see `job.py`)."""
-    from .job import run_labelling as run
-
-    return run(cfg)

@@ -104,7 +104,7 @@ def label_dataset(dataset, out, *, checkpoints=None, progress: bool = True, resu
     """Label a toy data set written by `write_split` into `out` with the toy settings; returns the `LabelSummary`.
 
     cost: a profile.json pricing every stage by its fitted latency model (`routedvlm label --cost`)."""
-    from ..labelling.samples import run_labelling
+    from ..labelling.job import run_labelling
 
     small, large = checkpoint_pair(checkpoints)
     Path(out).parent.mkdir(parents=True, exist_ok=True)

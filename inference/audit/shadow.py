@@ -21,7 +21,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from routedvlm.errors import InputError
-from routedvlm.router.strategies import parse_strategy
 
 from .monitor import MAX_REMEMBERED, AuditMonitor, FeedbackError
 
@@ -112,7 +111,7 @@ class ShadowAuditor:
             ref = out.text  # the routed strategy is R itself: nothing to run
         else:
             with self.routed.lock:
-                ref = self.routed.pipeline._run_req(item.request, parse_strategy(self.reference)).answer
+                ref = self.routed.pipeline.run_strategy(item.request, self.reference).answer
         agree = same_answer(out.text, ref)
         with self._lock:
             self._answers[item.request_id] = (out.text, ref)

@@ -1,1 +1,1 @@
-"""Model backends: transformers (local checkpoints) and OpenAI-compatible HTTP servers."""
+"""The OpenAI-compatible HTTP transport of `sides/openai.py`: the client, reply parsing, remote specs, the remote prefix."""

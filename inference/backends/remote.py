@@ -1,8 +1,7 @@
 """Remote sides given as text: '<base_url>#<model id>' (as `RoutedVLM`, `routedvlm serve` and `routedvlm label` take them).
 
 `parse_remote(spec)` splits such a spec (None for a local path or hub id); `connect(spec, reasoner=...)` returns
-the `OpenAIVLM` (API key from $ROUTEDVLM_BACKEND_API_KEY); `served_model(vlm)` is what the server says about the
-model (`GET /v1/models`: id, root, max_model_len), recorded in labels metadata.
+the `OpenAIVLM` (API key from $ROUTEDVLM_BACKEND_API_KEY); what the server says about the model is `OpenAIVLM.served()`.
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ def parse_remote(spec) -> tuple[str, str] | None:
 def connect(spec: str, *, reasoner=None, **kwargs):
     """The OpenAIVLM of '<base_url>#<model id>'. reasoner: another remote spec (its own server) or a model id on
     the same server, serving the reasoning mode (a thinking-only model)."""
-    from .openai_backend import OpenAIVLM
+    from ..sides.openai import OpenAIVLM
 
     url, model = parse_remote(spec)
     key = os.environ.get(API_KEY_ENV)
@@ -40,14 +39,3 @@ def connect(spec: str, *, reasoner=None, **kwargs):
         reasoner = OpenAIVLM.connect(r_url, r_model, key, thinking="always", **kwargs)
     return OpenAIVLM.connect(url, model, key, reasoner=reasoner, **kwargs)
 
-
-def served_model(vlm) -> dict:
-    """{"id", "root", "max_model_len"} the server reports for the model (empty when it cannot be asked)."""
-    try:
-        listed = vlm.client.models()
-    except Exception:  # noqa: BLE001 - metadata only; the labelling run itself reports a dead server
-        return {}
-    for entry in listed:
-        if entry.get("id") == vlm.model_id:
-            return {k: entry[k] for k in ("id", "root", "max_model_len") if k in entry}
-    return {}

@@ -54,7 +54,7 @@ class RemotePrompt:
             self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt, max_tokens=1)
         gen, ans, rec = self.answer(text, "large_transfer", salt=salt)
         cold_ms = None
-        if getattr(self.vlm, "measure_cold", True) and base is not None:
+        if self.vlm.measure_cold and base is not None:
             cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
             cold_ms = _ms(cold_rec)
             if cold_ans != ans:

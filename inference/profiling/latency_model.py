@@ -20,8 +20,10 @@ import dataclasses
 import hashlib
 import json
 import pathlib
+import statistics
 
 from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.provenance import sha256_file
 
 FIT_COMPONENTS = ("preprocess", "vision", "prefill", "decode")
 # component -> (x column in its measurements, y column)
@@ -123,10 +125,8 @@ def decode_sum_ms(fit: LinearFit, n_steps: int, context_len: int) -> float:
 def profile_hash(profile_json) -> str:
     """sha256 of the profile file's bytes (or of the canonical JSON of a dict): recorded in labels' metadata."""
     if isinstance(profile_json, dict):
-        data = json.dumps(profile_json, sort_keys=True).encode()
-    else:
-        data = pathlib.Path(profile_json).read_bytes()
-    return hashlib.sha256(data).hexdigest()
+        return hashlib.sha256(json.dumps(profile_json, sort_keys=True).encode()).hexdigest()
+    return sha256_file(profile_json)
 
 
 def read_profile(profile_json) -> dict:
@@ -271,3 +271,23 @@ def cost_stage_fn(profile_json, *, small: str | None = None, large: str | None =
 
     meta = {"latency_source": "cost-model", "cost_profile_sha256": profile_hash(profile_json), "cost_models": chosen}
     return stage_ms, meta
+
+
+def decode_points(runs: list) -> list:
+    """Expand decode runs ({"context_start", "step_ms": [...]}) into fit points {"context_len", "ms"}."""
+    return [{"context_len": r["context_start"] + j, "ms": ms} for r in runs for j, ms in enumerate(r["step_ms"])]
+
+
+def end_to_end_mape(meas: dict, fit: dict) -> float | None:
+    """Mean absolute % error of the fitted model (vision + prefill + decode) on the measured end-to-end calls."""
+    lm = LatencyModel("check", {c: LinearFit.from_dict(f) for c, f in fit.items()})
+    calls = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r for r in meas["prefill"]}
+    vision = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r["image_tokens"] for r in meas["vision"]}
+    errs = []
+    for r in meas["end_to_end"]:
+        key = (r["image_size"], r["prompt_tokens"], r["repeat"])
+        tokens = calls[key]["tokens"]
+        pred = lm.vision_ms(1, vision[key]) + lm.prefill_ms(tokens) + lm.decode_ms(r["output_tokens"], tokens)
+        if r["ms"] > 0:
+            errs.append(abs(pred - r["ms"]) / r["ms"] * 100)
+    return round(statistics.fmean(errs), 3) if errs else None

@@ -15,69 +15,14 @@ import os
 import statistics
 import time
 
-from routedvlm.errors import one_of
-
-from .latency_model import fit_components
+from .latency_model import decode_points, end_to_end_mape, fit_components  # noqa: F401
 from .inputs import check_image_sizes, image_area, image_dims, random_image, synthetic_prompt  # noqa: F401
 from .env import check_device, free, hardware_info, resources, sync, versions, write_json
+from .settings import CLOCKS, ProfileSettings  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-@dataclasses.dataclass
-class ProfileSettings:
-    """The grid a profile measures (all lists of positive ints)."""
-
-    image_sizes: list = dataclasses.field(default_factory=lambda: [224, 448, 896],
-                                          metadata={"help": "image sizes: a side in pixels (square) or 'WxH'"})
-    prompt_tokens: list = dataclasses.field(default_factory=lambda: [32, 256, 1024],
-                                            metadata={"help": "question lengths in tokens (before the template)"})
-    output_tokens: list = dataclasses.field(default_factory=lambda: [1, 16, 64, 256, 1024],
-                                            metadata={"help": "output lengths reported end to end; decode runs to the max"})
-    repeats: int = dataclasses.field(default=3, metadata={"help": "measurements per grid point"})
-    device: str = dataclasses.field(default="auto", metadata={"help": "torch device: auto (cuda when present), cpu, cuda:1"})
-    dtype: str | None = dataclasses.field(default=None, metadata={"help": "float32, bfloat16, float16 or None (checkpoint)"})
-    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the random images (and of a shape's weights)"})
-    warmup: bool = dataclasses.field(default=True, metadata={"help": "one unrecorded call per image size first"})
-    clock: str = dataclasses.field(default="wall", metadata={
-        "help": "wall (time.perf_counter) or cpu (time.process_time: CPU seconds, for a shared CPU; one thread)"})
-
-    def __post_init__(self):
-        from routedvlm.errors import ConfigError
-
-        self.image_sizes = sorted(set(check_image_sizes(self.image_sizes)), key=lambda v: (image_area(v), str(v)))
-        for name in ("prompt_tokens", "output_tokens"):
-            vals = getattr(self, name)
-            if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in vals):
-                raise ConfigError(f"The `{name}` setting must be a non-empty list of positive integers. Got {vals!r} instead.")
-            setattr(self, name, sorted(set(vals)))
-        if max(self.output_tokens) < 2:
-            raise ConfigError(f"The `output_tokens` setting needs a value of at least 2 so that decode steps are measured. "
-                              f"Got {self.output_tokens!r} instead.")
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats <= 0:
-            raise ConfigError(f"The `repeats` setting must be a positive integer. Got {self.repeats!r} instead.")
-        if self.device == "auto":
-            from ..vlm import resolve_device
-
-            self.device = resolve_device(self.device)
-        if self.clock not in CLOCKS:
-            raise ConfigError(f"The `clock` setting must be one of {one_of(CLOCKS)}. Got {self.clock!r} instead.")
-        if self.clock == "cpu" and not str(self.device).startswith("cpu"):
-            raise ConfigError(f"The `clock` setting 'cpu' measures CPU seconds and cannot time a {self.device!r} device; "
-                              "use --clock wall there.")
-
-    @property
-    def reference(self) -> tuple[int, int]:
-        """(image size, prompt tokens) of the reference input: the lower medians of the grids."""
-        return _lower_median(self.image_sizes), _lower_median(self.prompt_tokens)
-
-
-def _lower_median(values):
-    return values[(len(values) - 1) // 2]  # values come sorted
-
 
 def _image_token_id(model):
     cfg = model.config
@@ -100,11 +45,6 @@ def _one_call(vlm, image, question: str, n_out: int, device: str) -> dict:
     n_image = int((inputs["input_ids"] == tid).sum()) if tid is not None else 0
     gen = timed_generate(vlm.model, inputs, max_new_tokens=n_out, min_new_tokens=n_out)
     return {"preprocess_ms": pre_ms, "image_tokens": n_image, "gen": gen}
-
-
-def decode_points(runs: list) -> list:
-    """Expand decode runs ({"context_start", "step_ms": [...]}) into fit points {"context_len", "ms"}."""
-    return [{"context_len": r["context_start"] + j, "ms": ms} for r in runs for j, ms in enumerate(r["step_ms"])]
 
 
 def _record(meas: dict, call: dict, size: int, prompt: int, rep: int, output_grid: list) -> None:
@@ -177,23 +117,6 @@ def model_entry(vlm, path: str, settings: ProfileSettings, progress=None) -> dic
     }
 
 
-def end_to_end_mape(meas: dict, fit: dict) -> float | None:
-    """Mean absolute % error of the fitted model (vision + prefill + decode) on the measured end-to-end calls."""
-    from .latency_model import LatencyModel, LinearFit
-
-    lm = LatencyModel("check", {c: LinearFit.from_dict(f) for c, f in fit.items()})
-    calls = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r for r in meas["prefill"]}
-    vision = {(r["image_size"], r["prompt_tokens"], r["repeat"]): r["image_tokens"] for r in meas["vision"]}
-    errs = []
-    for r in meas["end_to_end"]:
-        key = (r["image_size"], r["prompt_tokens"], r["repeat"])
-        tokens = calls[key]["tokens"]
-        pred = lm.vision_ms(1, vision[key]) + lm.prefill_ms(tokens) + lm.decode_ms(r["output_tokens"], tokens)
-        if r["ms"] > 0:
-            errs.append(abs(pred - r["ms"]) / r["ms"] * 100)
-    return round(statistics.fmean(errs), 3) if errs else None
-
-
 def _names(paths: list, shapes: list = ()) -> list:
     """Display names: folder basename, hub id or a server model's id (then shape names), made unique with a #2, #3
     suffix."""
@@ -215,14 +138,14 @@ def _names(paths: list, shapes: list = ()) -> list:
 
 def _load(kind: str, spec, settings: ProfileSettings, margin_gib: float = 0.0):
     """The VLM of one profiled model: a checkpoint (`kind` "model") or a shape with random weights ("shape")."""
-    from ..vlm import VLM
+    from ..sides import load_side
 
     if kind == "shape":
         from .shapes import shape_vlm
 
         return shape_vlm(spec, settings.device, settings.dtype, seed=settings.seed, settings=settings,
                          margin_gib=margin_gib)
-    return VLM.from_pretrained(spec, device=settings.device, dtype=settings.dtype)
+    return load_side(spec, device=settings.device, dtype=settings.dtype)
 
 
 def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: float) -> dict:
@@ -245,13 +168,13 @@ def _profile_local(kind: str, spec, settings: ProfileSettings, bar, margin_gib: 
 
 def assemble(settings: ProfileSettings, entries: dict, hardware: dict, crossovers: bool = True) -> dict:
     """The profile.json content for the measured `entries` ({name: model_entry})."""
-    import datetime
+    from routedvlm.router.provenance import now_iso
 
     from .crossover import crossover_points
 
     profile = {
         "format_version": FORMAT_VERSION, "tool": "routedvlm profile",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": now_iso(),
         "settings": dataclasses.asdict(settings), "hardware": hardware, "versions": versions(),
         "models": entries,
     }

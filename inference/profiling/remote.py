@@ -102,7 +102,7 @@ def measure_remote(spec: str, settings, progress=None, *, api_key: str | None = 
     """Raw measurements of one server model over the settings' grid (prompt lengths in words, not tokens)."""
     import httpx
 
-    from .profiler import random_image
+    from .inputs import random_image
 
     from ..backends.remote import API_KEY_ENV
 
@@ -135,8 +135,7 @@ def measure_remote(spec: str, settings, progress=None, *, api_key: str | None = 
 
 def remote_entry(spec: str, settings, progress=None, **kwargs) -> dict:
     """profile.json's entry of one server model (same shape as a local one; `parameters` unknown)."""
-    from .latency_model import fit_components
-    from .profiler import decode_points, end_to_end_mape
+    from .latency_model import decode_points, end_to_end_mape, fit_components
 
     got = measure_remote(spec, settings, progress, **kwargs)
     meas = got["measurements"]

@@ -38,7 +38,8 @@ def image_tokens(config, width: int, height: int) -> tuple[int, int]:
 
 
 def _grid(settings):
-    from .profiler import ProfileSettings, image_dims
+    from .inputs import image_dims
+    from .settings import ProfileSettings
 
     settings = settings or ProfileSettings()
     dims = [image_dims(s) for s in settings.image_sizes]

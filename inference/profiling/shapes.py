@@ -94,7 +94,7 @@ def meta_model(config: dict, dtype, tokenizer):
     from accelerate import init_empty_weights
     from transformers import AutoModelForImageTextToText
 
-    from ..vlm import _dtype
+    from ..sides.local import torch_dtype as _dtype
 
     hf_config = _hf_config(config, tokenizer)
     with init_empty_weights(include_buffers=False):
@@ -203,7 +203,7 @@ def shape_vlm(spec, device: str = "cpu", dtype=None, *, seed: int = 0, settings=
     from ..chat_templates import QWEN_HYBRID_THINKING_TEMPLATE
     from .shape_memory import check_fits, estimate_memory
     from ..tiny import build_tokenizer
-    from ..vlm import VLM, _dtype
+    from ..sides.local import VLM, torch_dtype as _dtype
 
     name, config, source = resolve_shape(spec)
     dtype = _dtype(dtype or config_dtype(config))

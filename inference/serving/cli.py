@@ -120,7 +120,7 @@ def _is_loopback(host: str) -> bool:
 def _loader(cfg: ServeConfig):
     def load():
         from ..routed import RoutedVLM
-        from ..vlm import set_threads
+        from ..sides.local import set_threads
 
         threads = set_threads(cfg.threads)
         routed = RoutedVLM.from_pretrained(

@@ -13,7 +13,6 @@ import time
 import uuid
 
 from ..final_answer import usage as make_usage
-from ..vlm import THINK_OPEN
 from .protocol import APIError, ChatRequest, check_context
 
 
@@ -78,24 +77,17 @@ class Chunks:
 
 
 def context_of(vlm) -> int | None:
-    """A local model's context length (its position limit); None when unknown or remote."""
-    config = getattr(getattr(vlm, "model", None), "config", None)
-    if config is None:
-        return None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(text, "max_position_embeddings", None)
+    """A side's context length (`ModelSide.context_length`); None when unknown."""
+    return vlm.context_length()
 
 
 def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dict, dict]:
-    """(body, headers) of a request to the plain model `req.model` ("small" or "large")."""
-    from ..generation import timed_generate
-    from ..inputs import from_messages
-    from ..stages import record
+    """(body, headers) of a request to the plain model `req.model` ("small" or "large"): one
+    `CollaborativePipeline.complete` call of that side."""
+    from routedvlm.errors import ModeUnavailableError
 
-    vlm = getattr(routed.pipeline, req.model)
-    if getattr(vlm, "remote", False):
-        raise APIError(400, f"The {req.model!r} model of this server is itself served by {vlm.client.base_url}; "
-                            "query that server directly.", param="model", code="model_is_remote")
+    from ..inputs import from_messages
+
     messages, partial = req.messages, None
     if req.continue_final_message:
         last = messages[-1]
@@ -104,42 +96,25 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dic
                            param="messages", code="invalid_content")
         messages, partial = messages[:-1], "".join(p["text"] for p in last["content"])
     request = from_messages(messages)
+    side = getattr(routed.pipeline, req.model)
     think = req.enable_thinking is not False  # like a hybrid template, thinking is on unless switched off
-    side = (vlm.reasoner or vlm) if think else vlm
-    mode = "reason" if think and side.style != "never" else "direct"
-    text = _prompt_text(side, request, mode, partial)
-    cfg = routed.pipeline.config
-    max_tokens = req.max_tokens or (cfg.max_reason_tokens if mode == "reason" and partial is None else cfg.max_direct_tokens)
-    with routed.lock:  # one model call at a time; a fast tokenizer is not safe to share across threads either
-        inputs = side.encode(request.image, text)
-        check_context(req.model, context_of(side), int(inputs["input_ids"].shape[1]), max_tokens)
-        gen = timed_generate(side.model, inputs, max_new_tokens=max_tokens,
-                             min_new_tokens=min(min_new_tokens if req.min_tokens is None else req.min_tokens, max_tokens))
-    content, reasoning = _split(side, gen.token_ids, mode == "reason" and partial is None)
-    finish = "stop" if gen.token_ids and gen.token_ids[-1] in set(side._eos_ids()) else "length"
-    logprobs = _logprobs(side, gen, req.top_logprobs) if req.logprobs else None
-    rec = record(f"{req.model}_{mode}", req.model, side, side.mode_name(mode), gen)
+    model = (side.reasoner or side) if think else side
+
+    def check(prompt_tokens: int, max_tokens: int) -> None:
+        check_context(req.model, model.context_length(), prompt_tokens, max_tokens)
+
+    try:
+        with routed.lock:  # one model call at a time; a fast tokenizer is not safe to share across threads either
+            res = routed.pipeline.complete(req.model, request, thinking=think, partial=partial, max_tokens=req.max_tokens,
+                                           min_tokens=min_new_tokens if req.min_tokens is None else req.min_tokens,
+                                           check_context=check)
+    except ModeUnavailableError as exc:
+        raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
+    gen = res.generation
+    logprobs = _logprobs(model, gen, req.top_logprobs) if req.logprobs else None
     use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
-    return completion(req.model, content, reasoning, finish=finish, logprobs=logprobs, usage=use,
-                      extra={"routedvlm": {"trace": [rec]}}), {}
-
-
-def _prompt_text(side, request, mode: str, partial: str | None) -> str:
-    text = side.render(request.messages(), mode)
-    if partial is not None:
-        if partial.startswith(THINK_OPEN):
-            stripped = text.rstrip()
-            text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
-        text += partial
-    return text
-
-
-def _split(side, ids, reasoning_mode: bool):
-    """(content, reasoning_content): like vLLM's reasoning parser, content is None while still reasoning."""
-    if not reasoning_mode:
-        return side.clean_answer(ids), None
-    _, reasoning, answer = side.split_reasoning(ids)
-    return answer, reasoning
+    return completion(req.model, res.answer, res.reasoning, finish=res.finish_reason, logprobs=logprobs, usage=use,
+                      extra={"routedvlm": {"trace": res.trace}}), {}
 
 
 def _token(side, tid) -> dict:

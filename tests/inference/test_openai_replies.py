@@ -65,14 +65,13 @@ class FakeClient:
 def _pipeline(client, **kw):
     from PIL import Image
 
-    from routedvlm.inference.backends.openai_backend import OpenAIVLM
     from routedvlm.inference.inputs import make_request
     from routedvlm.inference.pipeline_parts import PipelineConfig
-    from routedvlm.inference.stages import large_prompt
+    from routedvlm.inference.sides.openai import OpenAIVLM
 
     vlm = OpenAIVLM(client, "toy-large", **kw)
     req = make_request(Image.new("RGB", (96, 16)), "2 bars. Red sum times blue count?")
-    return vlm, req, large_prompt(vlm, req, PipelineConfig(max_direct_tokens=8))
+    return vlm, req, vlm.large_prompt(req, PipelineConfig(max_direct_tokens=8))
 
 
 def test_escalation_without_reuse_names_the_missing_server_flags():

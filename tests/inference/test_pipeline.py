@@ -237,7 +237,7 @@ class _CannedPipeline:
     def __init__(self, answers):
         self.answers, self.escalated = answers, []
 
-    def _run_req(self, req, strat):
+    def run_strategy(self, req, strat):
         from routedvlm.inference import Result
 
         return Result(self.answers[strat.id], strat.id, None, None, [{"stage": strat.id}])

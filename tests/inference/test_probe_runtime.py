@@ -76,7 +76,6 @@ def test_shared_hidden_equals_own_prefill(arch, tmp_path):
     from routedvlm.inference import VLM, build_tiny_vlm
     from routedvlm.inference.inputs import Request
     from routedvlm.inference.pipeline_parts import PipelineConfig
-    from routedvlm.inference.stages import run_direct
     from routedvlm.router.lora_probe import ProbeNet, SharedPrefill, load_base
 
     path = build_tiny_vlm(arch, tmp_path / arch, seed=0, size="tiny")
@@ -90,7 +89,7 @@ def test_shared_hidden_equals_own_prefill(arch, tmp_path):
         own = net.hidden(net.encode(image, question))
         with net.peft.disable_adapter():
             base = net.hidden(net.encode(image, question))
-    gen, _, _ = run_direct(small, "small", Request(image, question), PipelineConfig(max_direct_tokens=4, min_new_tokens=3))
+    gen, _, _ = small.run_direct("small", Request(image, question), PipelineConfig(max_direct_tokens=4, min_new_tokens=3))
     rope = getattr(small.model.model, "rope_deltas", None)
     shared = SharedPrefill(gen.cache, gen.prefill_tokens + gen.cached_tokens, None if rope is None else rope.clone())
     with torch.inference_mode():

@@ -387,7 +387,7 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
     url = f"{server['url']}/v1"
     routed = RoutedVLM.from_pretrained(f"{url}#small", f"{url}#large", "large_direct", min_new_tokens=4, max_direct_tokens=6)
-    assert routed.pipeline.large.remote and routed.pipeline.large.name == f"{url}#large"
+    assert not routed.pipeline.large.stateful and routed.pipeline.large.name == f"{url}#large"
     with TestClient(create_app(routed)) as http:
         ok = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["square"], "Color?")})
         plain = http.post("/v1/chat/completions", json={"model": "small", "messages": user(images["square"], "Color?")})

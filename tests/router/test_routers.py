@@ -177,14 +177,14 @@ def test_self_probe_needs_its_hidden_state_and_a_local_large_model(self_probe_ro
         self_probe_router.decide({k: v for k, v in row.items() if k != HIDDEN_KEY})
     with pytest.raises(RouterError, match=r"^The hidden-state vector has 4 values; this self-probe reads 6"):
         self_probe_router.decide({**row, HIDDEN_KEY: np.zeros(4)})
-    remote = types.SimpleNamespace(large=types.SimpleNamespace(remote=True, name="http://gpu:8000/v1#big"))
+    remote = types.SimpleNamespace(large=types.SimpleNamespace(returns_hidden_states=False, name="http://gpu:8000/v1#big"))
     with pytest.raises(RouterError, match=r"^The self-probe router reads the large model's hidden states, and the "
                                           r"large side is behind an OpenAI-compatible server .*vLLM and SGLang return no"):
         self_probe_router.attach(remote)
     other = tmp_path / "other-large"
     other.mkdir()
     (other / "model.safetensors").write_bytes(b"different weights")
-    local = types.SimpleNamespace(large=types.SimpleNamespace(remote=False, name=str(other)))
+    local = types.SimpleNamespace(large=types.SimpleNamespace(returns_hidden_states=True, name=str(other)))
     with pytest.raises(RouterError, match=r"^The large model .* has weights sha256:[0-9a-f]+, but this self-probe was "
                                           r"trained on the hidden states of sha256:abc"):
         self_probe_router.attach(local)

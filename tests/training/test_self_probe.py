@@ -101,8 +101,8 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
     router = load_router("models:/self-probe-router/1", tracking_uri=uri)  # champion only if certified
     assert isinstance(router, SelfProbeRouter)
     assert router.policy.params["hidden"]["layers"] == [3] and router.policy.params["hidden"]["position"] == "prompt_last"
-    remote = types.SimpleNamespace(small=types.SimpleNamespace(remote=True), large=types.SimpleNamespace(
-        remote=True, name="http://127.0.0.1:8101/v1#toy-large"))
+    remote = types.SimpleNamespace(small=types.SimpleNamespace(stateful=False), large=types.SimpleNamespace(
+        stateful=False, returns_hidden_states=False, name="http://127.0.0.1:8101/v1#toy-large"))
     vlm = RoutedVLM(remote, router)
     assert vlm.router is None and "vLLM and SGLang return no hidden states" in vlm.router_error
 

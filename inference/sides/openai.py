@@ -1,4 +1,4 @@
-"""A VLM behind an OpenAI-compatible chat-completions server (vLLM, SGLang, `routedvlm serve`): `OpenAIVLM`.
+"""A model side (`ModelSide`) behind an OpenAI-compatible chat-completions server (vLLM, SGLang, `routedvlm serve`).
 
 `VLM.from_openai(base_url, model, ...)` returns one. Images go as base64 PNG data URLs; thinking is switched
 with `chat_template_kwargs={"enable_thinking": ...}` (vLLM/SGLang pass it to the chat template); decoding is
@@ -31,29 +31,33 @@ import logging
 import os
 import time
 import uuid
+from pathlib import Path
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, one_of
 
+from ..backends.openai_http import ChatClient
+from ..backends.openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
+                                       openai_messages, reasoning_tokens, split_reasoning, usage_counts)
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
-from ..vlm import THINK_CLOSE, THINK_OPEN, VLM
-from .openai_http import ChatClient
-from .openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
-                             openai_messages, reasoning_tokens, split_reasoning, usage_counts)
+from .base import THINK_CLOSE, THINK_OPEN, ModelSide
 
 logger = logging.getLogger(__name__)
 THINKING = ("always", "hybrid", "never")
 REQUIRE_CACHE_ENV = "ROUTEDVLM_REQUIRE_PREFIX_CACHE"
 
 
-class OpenAIVLM(VLM):
+class OpenAIVLM(ModelSide):
     """One side served by an OpenAI-compatible server. `thinking`: "hybrid" (the server's chat template
     switches thinking with `enable_thinking`), "always" (a thinking-only model: direct answers get an empty
     think block prefilled) or "never" (reasoning from `PromptConfig.reason_suffix`). `reasoner`: another
     OpenAIVLM (e.g. the -Thinking sibling) serving the reasoning mode. require_prefix_cache: an escalation that
-    the server reports no reuse for raises (default; `ROUTEDVLM_REQUIRE_PREFIX_CACHE=0` turns it off)."""
+    the server reports no reuse for raises (default; `ROUTEDVLM_REQUIRE_PREFIX_CACHE=0` turns it off).
+    measure_cold: in a measured run (the labeller), also time each one-stage transfer cold (`remote_prompt.py`).
+    Not stateful: the server takes concurrent requests and keeps no state of ours between them."""
 
-    remote = True
+    stateful = False
+    returns_hidden_states = False
 
     def __init__(self, client: ChatClient, model: str, *, thinking: str = "hybrid", reasoner: "OpenAIVLM | None" = None,
                  prompts: PromptConfig | None = None, top_logprobs: int = 5, reason_prompt: bool = True,
@@ -88,13 +92,53 @@ class OpenAIVLM(VLM):
         """Distinct per remote model, so the pipeline runs stage-one calls of two remote models concurrently."""
         return f"openai:{self.name}"
 
+    def served(self) -> dict:
+        """{"id", "root", "max_model_len"} the server reports for the model (`GET /v1/models`; empty when it cannot
+        be asked)."""
+        try:
+            listed = self.client.models()
+        except Exception:  # noqa: BLE001 - metadata only; the labelling run itself reports a dead server
+            return {}
+        for entry in listed:
+            if entry.get("id") == self.model_id:
+                return {k: entry[k] for k in ("id", "root", "max_model_len") if k in entry}
+        return {}
+
+    def describe(self) -> dict:
+        """The server URL and model id, and what the server reports; `weights` is the served folder when it is
+        readable here (same machine)."""
+        served = self.served()
+        root = served.get("root")
+        return {"name": self.name, "server": self.client.base_url, "model_id": self.model_id, "served": served,
+                "dtype": None, "device": "remote", "weights": root if root and Path(root).exists() else None,
+                "checkpoint": None}
+
     def render(self, messages, mode):
         raise ModeUnavailableError(f"{self.name!r} is served over HTTP: the server applies its own chat template.")
 
     encode = render
 
+    def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
+                 check_context=None):
+        raise ModeUnavailableError(f"The model {self.name!r} is itself served by {self.client.base_url}; "
+                                   "query that server directly.")
+
     def decode(self, tokens) -> str:
         return "".join(tokens)
+
+    def answer_text(self, ids, kind: str) -> str:
+        """The answer in the server's token strings (a reasoning call: what follows `</think>`)."""
+        text = "".join(ids)
+        if kind == "reason":
+            return clean_text(text.split(THINK_CLOSE, 1)[1]) if THINK_CLOSE in text else ""
+        return clean_text(text)
+
+    def reasoning_token_count(self, ids) -> int:
+        return ids.index(THINK_CLOSE) if THINK_CLOSE in ids else len(ids)
+
+    def start_sample(self, request) -> None:
+        """Name this sample's prefix-cache namespace for a measured run (`measurement_salt`)."""
+        request.__dict__.setdefault("_measure", f"routedvlm-{uuid.uuid4().hex[:16]}")
 
     # ----- one request ---------------------------------------------------------------------------------------
     def chat(self, request, question: str, *, thinking: bool, max_tokens: int, min_tokens: int = 0,
@@ -120,14 +164,15 @@ class OpenAIVLM(VLM):
         resp = self.client.create(body, what=f"{stage or 'chat'} ({self.model_id})")
         return generation(resp, (time.perf_counter() - t0) * 1000), resp
 
-    # ----- the stage API the pipeline calls for remote sides (see stages.py) --------------------------------
-    def run_direct(self, side: str, request, cfg):
+    # ----- ModelSide stages: one request each; the server caches prefixes, so `cache`/`inputs` are not used ----------
+    def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
         gen, resp = self.chat(request, request.question, thinking=False, max_tokens=cfg.max_direct_tokens,
                               min_tokens=cfg.min_new_tokens, stage=f"{side}_direct")
         answer = direct_text(message(resp), logprob_tokens(resp))
-        return gen, answer, remote_record(f"{side}_direct", side, self, self.mode_name("direct"), gen, resp)
+        return gen, answer, [remote_record(f"{side}_direct", side, self, self.mode_name("direct"), gen, resp)]
 
-    def run_reasoning(self, side: str, request, cfg, max_tokens: int) -> ReasoningRun:
+    def run_reasoning(self, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),
+                      inputs=None) -> ReasoningRun:
         vlm = self.reasoning_side()
         question = vlm.question_for(request.question, "reason")
         gen, resp = vlm.chat(request, question, thinking=True, max_tokens=max_tokens,
@@ -163,7 +208,7 @@ class OpenAIVLM(VLM):
         return run
 
     def large_prompt(self, request, cfg):
-        from .remote_prompt import RemotePrompt
+        from ..backends.remote_prompt import RemotePrompt
 
         return RemotePrompt(self, request, cfg)
 

@@ -1,0 +1,137 @@
+"""`ModelSide`: what the pipeline, the labeller, the profiler, `RoutedVLM` and `serve` ask of one model side.
+
+A side is one model (small or large) in its direct and reasoning modes. `sides/local.py` (`VLM`, transformers
+checkpoints in this process) and `sides/openai.py` (`OpenAIVLM`, an OpenAI-compatible server) implement it;
+nothing outside the implementations asks which kind a side is: callers use the methods and capability flags
+below. Stage methods return the pipeline's types (`generation.Generation`, `stages.ReasoningRun`, trace records).
+"""
+from __future__ import annotations
+
+import abc
+
+from routedvlm.errors import ModeUnavailableError
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class ModelSide(abc.ABC):
+    """One side of the pipeline. Attributes every side sets: `name` (checkpoint path, or '<url>#<model id>'),
+    `style` ("hybrid", "always" or "never": how the side switches thinking), `reasoner` (a side serving the
+    reasoning mode, or None), `prompts` (PromptConfig), `reason_prompt` (whether a side without a thinking mode may
+    reason from a prompt)."""
+
+    #: holds per-call model state (KV caches, rope offsets, a tokenizer that is not thread-safe): calls to it must
+    #: be serialised (RoutedVLM's lock, the labeller's one-sample-at-a-time), and measured latencies are standalone.
+    stateful: bool = True
+    #: can capture decoder hidden states during its calls (the self-probe router needs them).
+    returns_hidden_states: bool = False
+    #: in a measured run (the labeller), also time one-stage transfers cold (read by HTTP sides, whose server may
+    #: otherwise answer from its prefix cache; a side that measures every call cold ignores it).
+    measure_cold: bool = True
+
+    # ----- identity and modes (shared) --------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def device(self):
+        """Where calls run: two sides on different devices run their stage-one calls concurrently."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """What the labels metadata records about this side: `name`, `dtype`, `device`, `weights` (a local folder or
+        hub id whose revision identifies the weights, or None), `checkpoint` (the folder or hub id this process
+        loaded, recorded portably with its hashes; None for a served model), plus what the implementation adds
+        (server, model id)."""
+
+    def reasoning_side(self) -> "ModelSide":
+        """The side that serves the reasoning mode: the reasoner if given, else this one."""
+        side = self.reasoner or self
+        if side.style == "never" and not side.reason_prompt:
+            raise ModeUnavailableError(
+                f"{self.name!r} has no reasoning mode: its chat template has no thinking mode, no `reasoner` "
+                "checkpoint was given and reason_prompt=False. Pass reasoner=<a thinking checkpoint> or "
+                "reason_prompt=True, or choose a strategy that does not need this side to reason."
+            )
+        return side
+
+    def mode_name(self, mode: str) -> str:
+        """How this side serves `mode` ("direct"/"reason"): "direct", "no_think", "think" or "prompt"."""
+        if mode == "direct":
+            return "direct" if self.style == "never" else "no_think"
+        return "prompt" if self.style == "never" else "think"
+
+    def question_for(self, question: str, mode: str) -> str:
+        return self.prompts.reason_question(question) if mode == "reason" and self.style == "never" else question
+
+    def close_text(self) -> str:
+        """Text that ends reasoning and asks for the answer, for a reasoning run that hit its token limit."""
+        return "\n" + THINK_CLOSE + "\n\n" if self.style != "never" else "\n" + self.prompts.answer_marker
+
+    # ----- stages ------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
+        """A short answer in direct mode: (Generation, answer, trace records). `side`: "small"/"large" (the records'
+        `model`); cache/upcoming/inputs: this side's `prompt_cache` and prepared inputs (ignored when it has none)."""
+
+    @abc.abstractmethod
+    def run_reasoning(self, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(), inputs=None):
+        """Reason for at most `max_tokens` tokens with `reasoning_side()`: a `stages.ReasoningRun`."""
+
+    @abc.abstractmethod
+    def finish_answer(self, run, cfg):
+        """Close a reasoning run (of this side) that stopped inside its reasoning and decode its answer."""
+
+    @abc.abstractmethod
+    def answer_prompt(self, request, question: str, stage: str, cfg):
+        """A cold direct answer to `question` about the request's image (a one-stage transfer): (gen, answer, record)."""
+
+    @abc.abstractmethod
+    def large_prompt(self, request, cfg):
+        """The request's image+question prefix, kept for continuations (two-stage decoding, `escalate`): an object
+        with `direct_text`, `prefix_record`, `request`, `transfer_text(reasoning)`, `answer(text, stage)` and
+        `attention_scores(reasoning)`; `transfer(text)` when the side has no `prompt_cache`."""
+
+    @abc.abstractmethod
+    def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
+                 check_context=None):
+        """One plain completion in `mode` ("direct"/"reason") continuing an optional assistant `partial`
+        (`routedvlm serve`'s plain models): a Generation. check_context(prompt_tokens) is called before decoding."""
+
+    # ----- reading outputs ----------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def decode(self, ids) -> str:
+        """The text of output tokens (token ids, or token strings for an HTTP side)."""
+
+    @abc.abstractmethod
+    def answer_text(self, ids, kind: str) -> str:
+        """The answer text of a call's output tokens: `kind` "direct" (the whole output) or "reason" (what follows the
+        think block; "" while still reasoning)."""
+
+    @abc.abstractmethod
+    def reasoning_token_count(self, ids) -> int:
+        """How many of a reasoning call's output tokens are reasoning."""
+
+    def eos_ids(self) -> list:
+        """End-of-sequence token ids (empty when the side reports stops another way)."""
+        return []
+
+    def hit_limit(self, gen, budget: int) -> bool:
+        """Whether a call stopped at its token budget rather than at an end of sequence."""
+        return bool(gen.token_ids) and len(gen.token_ids) >= budget
+
+    def capture_hidden(self, layers) -> None:
+        """From now on, capture the outputs of decoder `layers` in every call (`Generation.hidden`); only sides with
+        `returns_hidden_states`."""
+        raise ModeUnavailableError(f"{self.name!r} returns no hidden states; the self-probe router needs a side "
+                                   "that does (a local model).")
+
+    def context_length(self) -> int | None:
+        """Prompt + output tokens the side accepts (None: unknown)."""
+        return None
+
+    # ----- sharing work within one sample --------------------------------------------------------------------------
+    def prompt_cache(self, side: str):
+        """A per-sample `PromptCache` for `run_many`, or None when the side cannot share prefixes in-process."""
+        return None
+
+    def start_sample(self, request) -> None:
+        """Called once per `run_many` sample before any call (an HTTP side names the sample's cache namespace)."""

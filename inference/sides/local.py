@@ -1,0 +1,279 @@
+"""`VLM`: a model side (`ModelSide`) loaded in this process with transformers — checkpoint, modes, prompts.
+
+A side is one hybrid checkpoint with a thinking switch (`enable_thinking` in its chat template), an
+answerer plus an optional reasoner checkpoint (`reasoner=`), or a checkpoint without a thinking mode
+(reasoning from `PromptConfig.reason_suffix`; a thinking-only checkpoint asked for a direct answer gets
+an empty think block prefilled). A mode a side cannot provide raises `ModeUnavailableError`.
+"""
+from __future__ import annotations
+
+import logging
+import pathlib
+import re
+
+from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError, one_of
+
+from .. import stages
+from ..prompts import DEFAULT_PROMPTS, PromptConfig
+from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+
+logger = logging.getLogger(__name__)
+STYLES = ("always", "auto", "hybrid", "never")
+_PROBE = [{"role": "user", "content": "hi"}]
+
+
+def resolve_device(device) -> str:
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu'; any other device name as given."""
+    if device is None or str(device) == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op thread count (`threads` > 0; 0 or None keeps torch's default); returns the count in use.
+
+    One thread per process gives stable per-request latencies on a shared CPU (torch's default, one per core,
+    makes concurrent processes contend); raise it on a dedicated machine."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def torch_dtype(dtype):
+    """A torch dtype from a dtype or its name (None stays None)."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)
+    raise ConfigError(f"The `dtype` parameter must be a torch dtype or a name such as 'bfloat16'. Got {dtype!r} instead.")
+
+
+class VLM(ModelSide):
+    """A loaded image-text-to-text checkpoint with its processor, in direct and reasoning modes.
+
+    Attributes: `model`, `processor`, `tokenizer`, `name`, `style` ("hybrid", "always" or "never": how the
+    chat template handles thinking), `reasoner` (a VLM serving the reasoning mode, or None), `prompts`.
+    Stateful (one call at a time); returns hidden states (see hidden.py).
+    """
+
+    stateful = True
+    returns_hidden_states = True
+    loaded_on: str | None = None  # the device name `from_pretrained` was given (resolved), as the metadata records it
+
+    def __init__(self, model, processor, tokenizer, *, name: str, style: str = "auto", reasoner: "VLM | None" = None,
+                 prompts: PromptConfig = DEFAULT_PROMPTS, reason_prompt: bool = True):
+        if style not in STYLES:
+            raise ConfigError(f"The `thinking` parameter of VLM must be one of {one_of(STYLES)}. Got {style!r} instead.")
+        self.model, self.processor, self.tokenizer, self.name = model, processor, tokenizer, name
+        self.prompts, self.reasoner, self.reason_prompt = prompts, reasoner, reason_prompt
+        self.style = self._detect_style() if style == "auto" else style
+        self.think_close_id = self._single_id(THINK_CLOSE)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device: str = "auto", dtype=None, *, reasoner=None, thinking: str = "auto",
+                        prompts: PromptConfig | None = None, reason_prompt: bool = True,
+                        attn_implementation: str | None = None) -> "VLM":
+        """Load a checkpoint folder (or cached hub id) through `AutoModelForImageTextToText` + its processor.
+
+        device: "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:1", ...
+        reasoner: a second checkpoint (path or VLM) that serves the reasoning mode (e.g. the -Thinking
+        sibling of an -Instruct model). thinking: "auto" (read from the chat template), "hybrid", "always"
+        or "never". reason_prompt: whether a side without a thinking mode may reason from a prompt; if
+        False, reasoning strategies raise ModeUnavailableError.
+        """
+        from transformers import AutoConfig, AutoModelForImageTextToText
+
+        from ..processors import load_processor
+
+        path, device = str(name_or_path), resolve_device(device)
+        if not pathlib.Path(path).exists() and path.count("/") != 1:
+            raise ModelLoadError(f"The checkpoint {path!r} is neither an existing folder nor a hub id 'org/name'.")
+        try:
+            config = AutoConfig.from_pretrained(path)
+            kwargs = {"dtype": torch_dtype(dtype)} if dtype is not None else {}
+            if attn_implementation:
+                kwargs["attn_implementation"] = attn_implementation
+            model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).to(device).eval()
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"Cannot load {path!r} as an image-text-to-text model: {exc}") from exc
+        processor, tokenizer = load_processor(path, config.model_type)
+        if isinstance(reasoner, (str, pathlib.Path)):
+            reasoner = cls.from_pretrained(reasoner, device, dtype, thinking="auto", prompts=prompts)
+        vlm = cls(model, processor, tokenizer, name=path, style=thinking, reasoner=reasoner,
+                  prompts=prompts or DEFAULT_PROMPTS, reason_prompt=reason_prompt)
+        vlm.loaded_on = device
+        return vlm
+
+    @classmethod
+    def from_openai(cls, base_url: str, model: str, api_key: str | None = None, *, timeout: float = 60.0,
+                    max_retries: int = 2, thinking: str = "hybrid", reasoner=None, **kwargs) -> "VLM":
+        """A model served by an OpenAI-compatible server (vLLM, SGLang, `routedvlm serve`), usable as a side of
+        the pipeline. thinking: "hybrid" (switched with `chat_template_kwargs.enable_thinking`), "always" or
+        "never"; reasoner: a model id on the same server (or an OpenAIVLM) serving the reasoning mode.
+        kwargs: `prompts`, `top_logprobs`, `reason_prompt`, `require_prefix_cache`. See `sides/openai.py` for what is
+        measured over HTTP (two-stage decoding relies on the server's prefix caching)."""
+        from .openai import OpenAIVLM
+
+        return OpenAIVLM.connect(base_url, model, api_key, timeout=timeout, max_retries=max_retries,
+                                 thinking=thinking, reasoner=reasoner, **kwargs)
+
+    # ----- modes -------------------------------------------------------------------------------------------
+    def _render_probe(self, **kw) -> str:
+        return self.tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kw)
+
+    def _detect_style(self) -> str:
+        if not self.tokenizer.chat_template:
+            raise ModelLoadError(f"The checkpoint {self.name!r} has no chat template; add one to its tokenizer.")
+        on, off = self._render_probe(enable_thinking=True), self._render_probe(enable_thinking=False)
+        if on != off:
+            return "hybrid"
+        return "always" if on.rstrip().endswith(THINK_OPEN) else "never"
+
+    def _single_id(self, token: str):
+        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
+        return ids[0] if len(ids) == 1 else None
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def describe(self) -> dict:
+        return {"name": str(self.name), "dtype": str(self.model.dtype).replace("torch.", ""), "device": self.loaded_on or str(self.device),
+                "weights": str(self.name), "checkpoint": str(self.name)}
+
+    def capture_hidden(self, layers) -> None:
+        from ..hidden import enable_capture
+
+        enable_capture(self.model, layers)
+
+    def context_length(self) -> int | None:
+        """The position limit of the text model (None when its config has none)."""
+        config = getattr(self.model, "config", None)
+        if config is None:
+            return None
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return getattr(text, "max_position_embeddings", None)
+
+    def render(self, messages: list, mode: str) -> str:
+        """The prompt text for `messages` in `mode` ("direct" or "reason"), ending where the model writes."""
+        kw = {"enable_thinking": mode == "reason"} if self.style == "hybrid" else {}
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+        if mode == "direct" and self.style == "always" and text.rstrip().endswith(THINK_OPEN):
+            text = text.rstrip() + "\n\n" + THINK_CLOSE + "\n\n"
+        return text
+
+    # ----- encoding and parsing ----------------------------------------------------------------------------
+    def encode(self, image, text: str) -> dict:
+        """Processor output (tensors on the model's device) for a rendered prompt and its image (None: text only)."""
+        batch = self.processor(text=[text], images=None if image is None else [image], return_tensors="pt")
+        dtype = self.model.dtype
+        return {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if hasattr(v, "to") else v
+                for k, v in dict(batch).items()}
+
+    def text_ids(self, text: str) -> list:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def split_reasoning(self, ids: list):
+        """(reasoning_ids, reasoning_text, answer_text or None) of a reasoning-mode generation."""
+        eos = set(self.eos_ids())
+        if self.style != "never":
+            if self.think_close_id is not None and self.think_close_id in ids:
+                i = ids.index(self.think_close_id)
+                return ids[:i], self.decode(ids[:i]), self.clean_answer(ids[i + 1:])
+            raw = self.tokenizer.decode(list(ids))
+            if self.think_close_id is None and THINK_CLOSE in raw:  # `</think>` is not a single token here
+                reasoning, answer = raw.split(THINK_CLOSE, 1)
+                return self.text_ids(reasoning), reasoning, self.clean_answer(answer)
+            body = [t for t in ids if t not in eos]
+            return body, self.decode(body), None
+        text = self.decode(ids)
+        marker = self.prompts.answer_marker
+        if marker in text:
+            reasoning = text.split(marker, 1)[0]
+            return self.text_ids(reasoning), reasoning, self.clean_answer(text.split(marker, 1)[1])
+        body = [t for t in ids if t not in eos]
+        return body, self.decode(body), None
+
+    def clean_answer(self, ids_or_text) -> str:
+        """The final answer text: special tokens, think blocks and an answer marker stripped."""
+        if isinstance(ids_or_text, str):
+            text = ids_or_text
+        else:
+            ids = list(ids_or_text)
+            if self.think_close_id is not None and self.think_close_id in ids:
+                ids = ids[len(ids) - ids[::-1].index(self.think_close_id):]
+            text = self.decode(ids)
+        if THINK_CLOSE in text:
+            text = text.rsplit(THINK_CLOSE, 1)[1]
+        text = text.replace(THINK_OPEN, "")
+        if self.style == "never" and self.prompts.answer_marker in text:
+            text = text.split(self.prompts.answer_marker, 1)[1]
+        return re.sub(r"\s+", " ", text).strip()
+
+    def eos_ids(self) -> list:
+        eos = self.model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        return eos + ([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])
+
+    # ----- ModelSide stages (stages.py holds their local implementations) ------------------------------------
+    def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
+        return stages.direct_answer(self, side, request, cfg, cache=cache, upcoming=upcoming, inputs=inputs)
+
+    def run_reasoning(self, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(), inputs=None):
+        return stages.reasoning_run(self, side, request, cfg, max_tokens, cache=cache, upcoming=upcoming, inputs=inputs)
+
+    def finish_answer(self, run, cfg):
+        return stages.close_reasoning(run, cfg)
+
+    def answer_prompt(self, request, question: str, stage: str, cfg):
+        return stages.answer_prompt(self, request, question, stage, cfg)
+
+    def large_prompt(self, request, cfg):
+        return stages.LargePrompt(self, request, cfg)
+
+    def prompt_cache(self, side: str):
+        from ..prompt_cache import PromptCache
+
+        return PromptCache(self, side)
+
+    def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
+                 check_context=None):
+        """(Generation, answer or None while reasoning, reasoning or None) of one call; `partial` continues an
+        assistant message (one starting with `<think>` replaces the template's own opening think tag)."""
+        from ..generation import timed_generate
+
+        text = self.render(request.messages(), mode)
+        if partial is not None:
+            if partial.startswith(THINK_OPEN):
+                stripped = text.rstrip()
+                text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
+            text += partial
+        inputs = self.encode(request.image, text)
+        if check_context is not None:
+            check_context(int(inputs["input_ids"].shape[1]))
+        gen = timed_generate(self.model, inputs, max_new_tokens=max_tokens, min_new_tokens=min(min_tokens, max_tokens))
+        if mode != "reason" or partial is not None:
+            return gen, self.clean_answer(gen.token_ids), None
+        _, reasoning, answer = self.split_reasoning(gen.token_ids)
+        return gen, answer, reasoning
+
+    # ----- reading outputs --------------------------------------------------------------------------------------
+    def answer_text(self, ids, kind: str) -> str:
+        if kind == "reason":
+            return self.split_reasoning(list(ids))[2] or ""
+        return self.clean_answer(list(ids))
+
+    def reasoning_token_count(self, ids) -> int:
+        return len(self.split_reasoning(list(ids))[0])
+
+    def hit_limit(self, gen, budget: int) -> bool:
+        return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())

@@ -1,0 +1,216 @@
+"""The `ModelSide` contract, run over every side implementation: the local transformers side (`VLM`, tiny models) and
+the OpenAI-compatible HTTP side (`OpenAIVLM`) against the `routedvlm serve` stand-in server of the same tiny pair.
+Greedy answers of the HTTP side equal the local model's (the server runs it), as test_server.py already checks for
+whole strategies."""
+import pytest
+from serve_helpers import KEY
+
+from routedvlm.errors import ModeUnavailableError
+from routedvlm.inference.inputs import make_request
+from routedvlm.inference.pipeline_parts import PipelineConfig
+from routedvlm.inference.sides import ModelSide, load_side
+
+Q = "How many boxes?"
+CFG = PipelineConfig(min_new_tokens=4, max_direct_tokens=6, max_reason_tokens=40, min_reason_tokens=24)
+RECORD_KEYS = {"stage", "model", "checkpoint", "mode", "vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens",
+               "decode_ms", "decode_tokens"}
+
+
+@pytest.fixture(scope="module", params=["local", "openai"])
+def sides(request, tiny_pair):
+    """(kind, the (small, large) sides of that kind, the local pair they must agree with)."""
+    if request.param == "local":
+        return "local", tiny_pair, tiny_pair
+    served = request.getfixturevalue("served")
+    url = f"{served['url']}/v1"  # routedvlm serve keeps no prefix cache across requests: no reuse to require
+    from routedvlm.inference import VLM
+
+    pair = tuple(VLM.from_openai(url, name, api_key=KEY, timeout=120, require_prefix_cache=False)
+                 for name in ("small", "large"))
+    return "openai", pair, tiny_pair
+
+
+def test_every_side_is_a_model_side_with_its_capabilities(sides):
+    kind, (small, large), _ = sides
+    assert isinstance(small, ModelSide) and isinstance(large, ModelSide)
+    assert small.stateful is (kind == "local")  # an HTTP server keeps no state of ours between calls
+    assert large.returns_hidden_states is (kind == "local")
+    assert (small.prompt_cache("small") is not None) is (kind == "local")
+    assert small.device != large.device or kind == "local"  # two servers' models run concurrently
+
+
+def test_direct_answer_equals_the_local_models_and_reads_back(sides, images):
+    kind, (small, _), (ref, _) = sides
+    req = make_request(images["wide"], Q, None)
+    gen, answer, records = small.run_direct("small", req, CFG)
+    ref_gen, ref_answer, _ = ref.run_direct("small", make_request(images["wide"], Q, None), CFG)
+    assert answer == ref_answer and gen.output_tokens == ref_gen.output_tokens
+    assert isinstance(records, list) and RECORD_KEYS <= set(records[-1]) and records[-1]["stage"] == "small_direct"
+    read_back = small.answer_text(gen.token_ids, "direct")
+    # an HTTP side reads the server's token strings, which keep special tokens its message content leaves out
+    assert read_back == answer if kind == "local" else read_back.endswith(answer)
+    assert small.hit_limit(gen, CFG.max_direct_tokens) is ref.hit_limit(ref_gen, CFG.max_direct_tokens)
+
+
+def test_reasoning_run_and_its_answer(sides, images):
+    kind, (small, _), (ref, _) = sides
+    run = small.run_reasoning("small", make_request(images["square"], Q, None), CFG, 16)
+    ref_run = ref.run_reasoning("small", make_request(images["square"], Q, None), CFG, 16)
+    assert run.side == "small" and run.records[-1]["stage"] == "small_reason"
+    assert len(run.reasoning_ids) == len(ref_run.reasoning_ids) and run.answer == ref_run.answer
+    done = run.vlm.finish_answer(run, CFG) if run.answer is None else run
+    assert isinstance(done.answer, str) and done.records[-1]["stage"].startswith("small_reason")
+    assert small.reasoning_token_count(run.gen.token_ids) == ref.reasoning_token_count(ref_run.gen.token_ids)
+
+
+def test_prefix_continuation_answers_like_a_cold_call(sides, images):
+    """`large_prompt` keeps the image+question prefix; continuing it gives the cold call's answer."""
+    kind, (_, large), _ = sides
+    req = make_request(images["tall"], Q, None)
+    lp = large.large_prompt(req, CFG)
+    _, warm, rec = lp.answer(lp.direct_text, "large_direct")
+    _, cold, _ = large.answer_prompt(make_request(images["tall"], Q, None), Q, "large_transfer", CFG)
+    assert warm == cold and rec["stage"] == "large_direct" and lp.prefix_record["stage"] == "large_prefix"
+    kept = lp.transfer_text("one two")
+    assert "one two" in (kept if kind == "openai" else large.tokenizer.decode(large.text_ids(kept)))
+
+
+def test_metadata_description_and_limits(sides):
+    kind, (small, _), _ = sides
+    info = small.describe()
+    assert {"name", "dtype", "device", "weights"} <= set(info) and info["name"] == small.name
+    if kind == "local":
+        assert small.context_length() > 0 and small.eos_ids() and info["weights"] == small.name
+    else:
+        assert small.context_length() is None and small.eos_ids() == [] and info["device"] == "remote"
+        assert info["server"] == small.client.base_url and info["model_id"] == "small"
+
+
+def test_plain_completion_is_local_only(sides, images):
+    kind, (small, _), _ = sides
+    req = make_request(images["square"], Q, None)
+    if kind == "openai":
+        with pytest.raises(ModeUnavailableError, match=r"^The model '.*#small' is itself served by "):
+            small.complete(req, "direct", max_tokens=4)
+        return
+    seen = []
+    gen, answer, reasoning = small.complete(req, "direct", max_tokens=6, min_tokens=4, check_context=seen.append)
+    ref_gen, ref_answer, _ = small.run_direct("small", make_request(images["square"], Q, None), CFG)
+    assert answer == ref_answer and reasoning is None and seen == [gen.prefill_tokens]
+
+
+def test_load_side_dispatches_on_the_spec(tiny_pair):
+    small = tiny_pair[0]
+    assert load_side(small) is small  # a side object as is
+    from routedvlm.inference.sides.openai import OpenAIVLM
+
+    remote = load_side("http://127.0.0.1:9/v1#m")
+    assert isinstance(remote, OpenAIVLM) and remote.model_id == "m"
+
+
+# ----- a third implementation fits without new branches -------------------------------------------------------------
+class WordSide(ModelSide):
+    """A side written against the interface alone (no torch, no HTTP): tokens are words, answers are canned.
+    It reasons "step1 step2 ..." and answers with the number of reasoning words it was shown."""
+
+    stateful = False
+
+    def __init__(self, name, reasoning_words=12):
+        from routedvlm.inference.prompts import DEFAULT_PROMPTS
+
+        self.name, self.style, self.reasoner, self.prompts, self.reason_prompt = name, "hybrid", None, DEFAULT_PROMPTS, True
+        self.words = [f"step{i}" for i in range(1, reasoning_words + 1)]
+
+    device = "words"
+
+    def describe(self):
+        return {"name": self.name, "dtype": None, "device": "words", "weights": None}
+
+    def _gen(self, tokens):
+        from routedvlm.inference.generation import Generation
+
+        return Generation(list(tokens), [-0.5] * len(tokens), 0.1, [float(i) for i in range(len(tokens))], 0.0, 1.0,
+                          float(len(tokens)), 8, 0)
+
+    def _answer(self, side, stage, question, cfg):
+        from routedvlm.inference.stages import record
+
+        shown = sum(w.startswith("step") for w in question.split())
+        gen = self._gen([f"{self.name}:{shown}"][: cfg.max_direct_tokens])
+        return gen, gen.token_ids[0], record(stage, side, self, self.mode_name("direct"), gen)
+
+    def run_direct(self, side, request, cfg, *, cache=None, upcoming=(), inputs=None):
+        gen, answer, rec = self._answer(side, f"{side}_direct", request.question, cfg)
+        return gen, answer, [rec]
+
+    def run_reasoning(self, side, request, cfg, max_tokens, *, cache=None, upcoming=(), inputs=None):
+        from routedvlm.inference.stages import ReasoningRun, record
+
+        words = self.words[:max_tokens]
+        gen = self._gen(words)
+        rec = record(f"{side}_reason", side, self, self.mode_name("reason"), gen, reasoning_tokens=len(words))
+        return ReasoningRun(self, side, gen, None, list(range(len(words))), " ".join(words), None, [rec])
+
+    def finish_answer(self, run, cfg):
+        run.answer_gen, run.answer, rec = self._answer(run.side, f"{run.side}_reason_answer", run.reasoning_text, cfg)
+        run.records.append(rec)
+        return run
+
+    def answer_prompt(self, request, question, stage, cfg):
+        return self._answer("large", stage, question, cfg)
+
+    def large_prompt(self, request, cfg):
+        side = self
+
+        class Prefix:
+            direct_text, prefix_record = request.question, {"stage": "large_prefix", "model": "large", "vision_ms": 0.0,
+                                                            "prefill_ms": 0.0, "decode_ms": 0.0}
+
+            def __init__(self):
+                self.request = request
+
+            def transfer_text(self, reasoning):
+                return side.prompts.transfer_question(request.question, reasoning)
+
+            def answer(self, text, stage, restore_rope=True):
+                return side._answer("large", stage, text, cfg)
+
+            def transfer(self, text):
+                gen, answer, rec = self.answer(text, "large_transfer")
+                return gen, answer, [dict(self.prefix_record), rec]
+
+            def attention_scores(self, reasoning):
+                raise ModeUnavailableError("no attention")
+
+        return Prefix()
+
+    def complete(self, request, mode, *, max_tokens, min_tokens=0, partial=None, check_context=None):
+        gen, answer, _ = self._answer("small", "plain", request.question, PipelineConfig(max_direct_tokens=max_tokens))
+        return gen, answer, None
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids)
+
+    def answer_text(self, ids, kind):
+        return " ".join(ids)
+
+    def reasoning_token_count(self, ids):
+        return len(ids)
+
+
+def test_a_new_side_runs_every_strategy_through_the_pipeline():
+    """Strategies, run_many, escalate and serve's plain call work on a side that only implements the interface:
+    a transfer of K kept words answers K, whether run alone, shared in run_many or escalated."""
+    from routedvlm.inference import CollaborativePipeline
+
+    pipe = CollaborativePipeline(WordSide("s"), WordSide("l"), k_grid=[4, 8], max_reason_tokens=10)
+    alone = {s: pipe.run(None, "How many?", s) for s in ("small_direct", "large_direct", "small_reason", "large_reason",
+                                                          "transfer_4", "transfer_all")}
+    assert {s: r.answer for s, r in alone.items()} == {
+        "small_direct": "s:0", "large_direct": "l:0", "small_reason": "s:10", "large_reason": "l:10",
+        "transfer_4": "l:4", "transfer_all": "l:10"}
+    many = pipe.run_many(None, "How many?", list(alone))
+    assert {s: r.answer for s, r in many.items()} == {s: r.answer for s, r in alone.items()}
+    assert pipe.escalate(alone["large_direct"], 8).answer == "l:8"
+    plain = pipe.complete("small", make_request(None, "How many?", None), thinking=False)
+    assert plain.answer == "s:0" and plain.finish_reason == "stop" and plain.trace[0]["stage"] == "small_direct"

@@ -13,7 +13,7 @@ N = 24  # >= the 20 calibration rows train-router needs
 
 def test_audited_traffic_becomes_fresh_calibration_rows(tmp_path):
     from routedvlm.data.audit import AuditLog
-    from routedvlm.data.labelling.samples import run_labelling
+    from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.toyworld.make_labels import (MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair,
                                                      toy_label_config, toyworld_dir)
     from routedvlm.data.toyworld.task import make_samples

@@ -8,8 +8,11 @@ Status: *holding* (upper bound <= alpha), *violated* (lower bound > alpha: only 
 an epoch a status once reached stays (the running intersection of the bounds, valid like the bounds themselves).
 Audits are grouped in epochs of `window` audits (0: one epoch for ever); epoch k uses level
 delta * 6 / (pi^2 k^2), so the chance of any false *holding* or false *violated*, over all epochs and all times, is
-<= delta. While the current epoch has not decided (unproven), the status is the previous epoch's final one, so a
-status reflects the last `window` to 2 x `window` audits and a shift is caught within 2 x `window` audits.
+<= delta. An epoch decides *holding*, *violated*, or *unproven* as soon as the rate the upper bound covers is itself
+shown to be above alpha (the promise cannot be shown to hold on this traffic: how a large drift shows at once,
+without gold). Until the current epoch decides, the status is the previous epoch's verdict, an undecided epoch
+counting as *unproven*: holding must be earned again in every epoch, so any shift that breaks the promise ends
+*holding* within two epochs.
 """
 from __future__ import annotations
 
@@ -54,19 +57,21 @@ class Epoch:
     upper_sum: int = 0  # sum of z (regret where gold is known, else disagreement)
     lower_sum: int = 0  # sum of y (regret where gold is known, else 0)
     held: bool = False  # the upper bound was <= alpha at some audit of this epoch
-    exceeded: bool = False  # the lower bound was > alpha at some audit of this epoch
+    refuted: bool = False  # the z rate (what the upper bound bounds) was shown > alpha: it cannot hold
+    exceeded: bool = False  # the lower bound on the regret was > alpha at some audit of this epoch
 
     def bounds(self) -> tuple[float, float]:
         """(upper bound on the regret rate, lower bound) of this epoch, at its level."""
         return upper_bound(self.upper_sum, self.audits, self.level), lower_bound(self.lower_sum, self.audits, self.level)
 
-    def verdict(self, alpha: float) -> str:
-        """The epoch's status from the tests at alpha (the bounds compared with alpha, without their grid). Once
-        reached, holding or violated stays for the rest of the epoch: the bounds are valid at all times at once, so
-        their running intersection is too (no flicker at the boundary)."""
+    def verdict(self, alpha: float) -> str | None:
+        """The epoch's own status from the tests at alpha, None while undecided. Each finding stays for the rest of
+        the epoch (the tests are valid at all times at once, so their running intersection is too: no flicker);
+        the later, more pessimistic finding wins (violated > unproven because refuted > holding)."""
         self.exceeded = self.exceeded or bool(self.gold and above(self.lower_sum, self.audits, alpha, self.level))
+        self.refuted = self.refuted or bool(above(self.upper_sum, self.audits, alpha, self.level))
         self.held = self.held or bool(below(self.upper_sum, self.audits, alpha, self.level))
-        return VIOLATED if self.exceeded else HOLDING if self.held else UNPROVEN
+        return VIOLATED if self.exceeded else UNPROVEN if self.refuted else HOLDING if self.held else None
 
 
 @dataclass
@@ -107,7 +112,8 @@ class AuditMonitor:
         """Count one finished audit; returns the status after it."""
         with self._lock:
             if self.window and self.epoch.audits >= self.window:
-                self.previous, self.epoch = self._verdict(self.epoch), self._new_epoch(self.epoch.index + 1)
+                self.previous = self._verdict(self.epoch) or UNPROVEN  # holding must be earned again every epoch
+                self.epoch = self._new_epoch(self.epoch.index + 1)
             ep = self.epoch
             audit = _Audit(ep, not agree)
             ep.audits += 1
@@ -148,15 +154,14 @@ class AuditMonitor:
         ep.gold += 1
         ep.upper_sum += int(regret) - int(audit.disagree)
         ep.lower_sum += int(regret)
+        ep.refuted = False  # z was revised down: re-examined on the counts as they are now
 
     # ----- the statement --------------------------------------------------------------------------------------
     def _verdict(self, ep: Epoch) -> str:
         return ep.verdict(self.alpha)
 
     def _update(self, when) -> str:
-        status = self._verdict(self.epoch)
-        if status == UNPROVEN and self.previous is not None:
-            status = self.previous
+        status = self._verdict(self.epoch) or self.previous or UNPROVEN
         if status != self.status:
             upper, lower = self.epoch.bounds()
             logger.warning("audit status of router %s: %s -> %s (upper bound %.4f, lower bound %.4f, alpha %.4f, "

@@ -28,17 +28,18 @@ def status_paths(z, y, gold, alpha: float, delta: float, window: int = 0) -> np.
     n = z.shape[1]
     size = window or n
     out = np.zeros(z.shape, dtype=np.int8)
-    carry = None
+    carry = np.zeros(z.shape[0], dtype=np.int8)  # the previous epoch's verdict (unproven before any)
     for k, start in enumerate(range(0, n, size), start=1):
         sl = slice(start, min(start + size, n))
         level = epoch_level(delta, k, window)
         t = np.arange(1, sl.stop - sl.start + 1)
         zs, ys, gs = (np.cumsum(a[:, sl], axis=1) for a in (z, y, gold.astype(int)))
-        held = np.maximum.accumulate(below(zs, t, alpha, level), axis=1)  # once reached, kept for the epoch
+        held = np.maximum.accumulate(below(zs, t, alpha, level), axis=1)  # each finding kept for the epoch
+        refuted = np.maximum.accumulate(above(zs, t, alpha, level), axis=1)
         exceeded = np.maximum.accumulate((gs > 0) & above(ys, t, alpha, level), axis=1)
-        code = np.where(exceeded, 2, np.where(held, 1, 0))
-        out[:, sl] = code if carry is None else np.where(code == 0, carry[:, None], code)
-        carry = code[:, -1]  # the epoch's own final verdict, which the next epoch shows while it is unproven
+        own = np.where(exceeded, 2, np.where(refuted, 0, np.where(held, 1, -1)))  # -1: undecided
+        out[:, sl] = np.where(own == -1, carry[:, None], own)
+        carry = np.where(own[:, -1] == -1, 0, own[:, -1]).astype(np.int8)  # undecided: unproven
     return out
 
 

@@ -18,6 +18,7 @@ from .hidden import capture_of
 
 _PIXEL_KEYS = ("pixel_values", "pixel_values_images")
 _CLOCK = time.perf_counter  # what every time stamp here reads (see `clock`)
+_LEAN = None  # None, or {"per_step_sync": bool} inside `lean` (see there)
 
 
 def now() -> float:
@@ -35,6 +36,20 @@ def clock(fn):
         yield
     finally:
         _CLOCK = previous
+
+
+@contextlib.contextmanager
+def lean(per_step_sync: bool = True):
+    """Inside the block, `timed_generate` skips the per-step float32 log-softmax over the vocabulary
+    (`token_logprobs` empty, `first_token_entropy` NaN; `first_logits` is still kept) and, with
+    `per_step_sync=False`, synchronises a GPU only at the first token and at the end (prefill and total decode
+    times stay exact; per-token times do not). For timing runs that never read the log-probabilities."""
+    global _LEAN
+    previous, _LEAN = _LEAN, {"per_step_sync": per_step_sync}
+    try:
+        yield
+    finally:
+        _LEAN = previous
 
 
 @dataclass
@@ -72,13 +87,18 @@ class _StepRecorder:
     def __init__(self, sync):
         self.sync = sync
         self.times, self.logprobs, self.first_logits, self.entropy = [], [], None, float("nan")
+        self.lean = _LEAN
 
     def __call__(self, input_ids, scores):
         import torch
 
-        if self.sync is not None:
+        if self.sync is not None and (self.lean is None or self.lean["per_step_sync"] or not self.times):
             self.sync()
         self.times.append(now())
+        if self.lean is not None:
+            if self.first_logits is None:
+                self.first_logits = scores.detach().float().clone()
+            return scores
         logp = torch.log_softmax(scores.float(), dim=-1)
         if self.first_logits is None:
             self.first_logits = scores.detach().float().clone()
@@ -156,6 +176,8 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([rec]),
             return_dict_in_generate=True,
         )
+    if rec.lean is not None and rec.sync is not None:
+        rec.sync()
     t_end = now()
     hidden = capture.finish() if capture is not None else None
     ids = out.sequences[0, n_in:].tolist()

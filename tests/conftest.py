@@ -42,3 +42,10 @@ def vllm_servers():
                     f"{vllm_url('large')} ({type(exc).__name__}: {exc}): start them with `make vllm-env vllm-up` "
                     "(stop them with `make vllm-down`)")
     return {"small": vllm_url("small") + "#toy-small", "large": vllm_url("large") + "#toy-large"}
+
+
+@pytest.fixture
+def gpu_device() -> str:
+    """The device the GPU-marked tests run on: $ROUTEDVLM_TEST_DEVICE (set by `routedvlm profile --preset gpu-check`
+    from its --device), else 'cuda'."""
+    return os.environ.get("ROUTEDVLM_TEST_DEVICE", "cuda")

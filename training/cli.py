@@ -12,7 +12,7 @@ import sys
 COMMANDS = {
     "demo": ("routedvlm.training.demo.cli", "run the whole product on the embedded toy world"),
     "label": ("routedvlm.data.labelling.cli", "run both VLMs on a data set and write labels.parquet (also: label merge)"),
-    "labels": ("routedvlm.data.labels.cli", "check a labels file: labels validate FILE"),
+    "labels": ("routedvlm.data.labels.cli", "check a labels file (labels validate) or import outcomes (labels import-outcomes)"),
     "train": ("routedvlm.training.train_cli", "train a router from labels (same as train-router)"),
     "serve": ("routedvlm.inference.serving.cli", "serve RoutedVLM as an OpenAI-compatible chat-completions endpoint"),
     "audit": ("routedvlm.data.audit.cli", "shadow audits: audit report LOG (history, plot), audit export LOG"),

@@ -67,6 +67,9 @@ class TrainConfig:
                                              "label); the labels' own calibration share is then left unused")
     test_fraction: float = _f(0.2, "share of rows for the test split")
     num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
+    cv_folds: int = _f(5, "LightGBM: choose each strategy's boosting rounds (at most --num-boost-round) by this many "
+                          "stratified cross-validation folds of the training rows, early stopping on log loss; 0 = "
+                          "always --num-boost-round")
     num_leaves: int = _f(15, "LightGBM leaves per tree")
     learning_rate: float = _f(0.05, "LightGBM learning rate")
     allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
@@ -86,7 +89,9 @@ class TrainConfig:
     large: str | None = _f(None, "self-probe: large VLM checkpoint folder whose hidden states it reads (default: the "
                                  "labels' large model)")
     hidden_layers: list[int] | None = _f(None, "self-probe: comma-separated decoder layer indices to read (negative "
-                                               "counts from the end; default: the layer at 2/3 of the depth)")
+                                               "counts from the end; default: of the layers at 1/3, 1/2, 2/3 of "
+                                               "the depth and the last, the one that best predicts large_direct on "
+                                               "the training rows, by cross-validation)")
     hidden_position: str = _f("all_mean", "self-probe: which positions of those layers: prompt_last (last prompt "
                                           "token), answer_mean (the answer tokens) or all_mean (both, averaged)",
                               choices=HIDDEN_POSITIONS)
@@ -126,6 +131,8 @@ class TrainConfig:
         for name in ("num_boost_round", "num_leaves", "max_features"):
             if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
                 problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
+        if not (isinstance(self.cv_folds, int) and (self.cv_folds == 0 or self.cv_folds >= 2)):
+            problems.append(f"`cv_folds` must be 0 (off) or an integer >= 2; got {self.cv_folds!r}")
         problems += self._probe_problems()
         if not 0.0 < self.learning_rate <= 1.0:
             problems.append(f"`learning_rate` must be in (0, 1]; got {self.learning_rate!r}")

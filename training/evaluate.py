@@ -15,8 +15,8 @@ SE = sqrt(r (1 - r) / n_test) at r = required, the standard error of an accuracy
 Curves: each parameterised rule swept over its whole grid on the test rows. Area (`auc`): the best accuracy
 reachable within a mean latency L, averaged over L from the fastest to the slowest single strategy's mean latency
 (0 below a curve's cheapest point): 1.0 = every sample right at any latency; higher is better.
-Utility (the champion alias): accuracy targets -> speed-up when accuracy >= required - SE, else accuracy -
-required (< 0); latency target -> accuracy when mean latency <= budget, else -(excess / budget).
+Utility (the champion alias): accuracy targets -> speed-up when accuracy >= required (no standard-error slack), else
+accuracy - required (< 0); latency target -> accuracy when mean latency <= budget, else -(excess / budget).
 """
 from __future__ import annotations
 
@@ -88,9 +88,10 @@ def _met(row: dict, target: dict, required) -> bool:
 
 
 def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, calibration, *,
-             proba_test: pd.DataFrame | None = None, model_cost_ms=0.0) -> dict:
+             proba_test: pd.DataFrame | None = None, model_cost_ms=0.0, train: pd.DataFrame | None = None) -> dict:
     """The evaluation dict (rows, curves, areas, target verdicts, utility) of a calibrated router on `test`;
-    `calibration` is certify()'s result; `model_cost_ms` is charged to every row that reads the model."""
+    `calibration` is certify()'s result; `model_cost_ms` is charged to every row that reads the model; `train`: the
+    training rows (the base rate of the probability report, training/probability.py)."""
     policy = router.policy
     present = label_strategies(test)
     ref = float(test[f"latency_ms__{LARGE_REASON}"].mean()) if LARGE_REASON in present else None
@@ -117,7 +118,10 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, cali
     singles = pd.DataFrame([r for r in rows if r["kind"] == "single"])
     lo, hi = float(singles["mean_latency_ms"].min()), float(singles["mean_latency_ms"].max())
     learned = rows[-1]
+    from .probability import probability_report
+
     return {
+        "probabilities": probability_report(scorer._proba(), scorer.df, train),
         "target": target, "rule": policy.decision_rule, "mode": policy.mode, "paid_stages": list(policy.paid_stages),
         "strategies": list(policy.strategies), "calibration": calibration.to_dict(),
         "certificate": calibration.certificate(), "test_rows": len(test), "required_test": required,
@@ -155,9 +159,8 @@ def area_under_curve(points: pd.DataFrame, lo: float, hi: float) -> float:
 
 def utility(row: dict, target: dict, required: float | None, n_test: int | None = None) -> float:
     """The champion comparison score of an evaluated row (module docstring)."""
-    if target["kind"] != "latency_ms":
-        slack = float(np.sqrt(required * (1 - required) / n_test)) if n_test else 0.0
-        if row["accuracy"] >= required - slack:
+    if target["kind"] != "latency_ms":  # no slack: a router that misses its test target never wins (issue 27)
+        if row["accuracy"] >= required - 1e-12:
             return float(row["speedup_vs_large_reason"] or 0.0)
         return row["accuracy"] - required
     budget = target["value"]

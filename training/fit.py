@@ -120,11 +120,13 @@ def lgb_params(num_leaves: int = 15, learning_rate: float = 0.05, seed: int = 0,
 
 
 def fit_models(train: pd.DataFrame, features: list[str], strategies: list[str], *, num_boost_round: int = 200,
-               params: dict | None = None) -> tuple[dict, dict[str, float]]:
-    """Return (boosters by strategy, constant P(correct) by strategy for all-correct/all-wrong targets)."""
-    import lightgbm as lgb
-
+               params: dict | None = None, cv_folds: int = 0) -> tuple[dict, dict[str, float]]:
+    """Return (boosters by strategy, constant P(correct) by strategy for all-correct/all-wrong targets). With
+    `cv_folds` >= 2 each booster's rounds (<= `num_boost_round`) are chosen by stratified k-fold cross-validation on
+    `train` alone (early stopping on log loss, `cv_rounds`); the booster records them (`best_iteration`)."""
     import time
+
+    import lightgbm as lgb
 
     params = params or lgb_params()
     x = train[features].to_numpy(dtype=float)
@@ -139,7 +141,27 @@ def fit_models(train: pd.DataFrame, features: list[str], strategies: list[str], 
             log.info("strategy %s is %s on every training row; using a constant", s,
                      "correct" if y[0] else "wrong")
             continue
+        rounds = cv_rounds(x, y, features, params, num_boost_round, cv_folds) if cv_folds >= 2 else num_boost_round
         data = lgb.Dataset(x, label=y, feature_name=list(features), free_raw_data=True,
                            params={"verbosity": -1})
-        boosters[s] = lgb.train(params, data, num_boost_round=num_boost_round)
+        boosters[s] = lgb.train(params, data, num_boost_round=rounds)
     return boosters, constants
+
+
+EARLY_STOPPING_ROUNDS = 20
+
+
+def cv_rounds(x: np.ndarray, y: np.ndarray, features: list[str], params: dict, max_rounds: int, folds: int) -> int:
+    """The boosting rounds with the least mean out-of-fold log loss over `folds` stratified folds of these (training)
+    rows, stopping after EARLY_STOPPING_ROUNDS rounds without improvement; at least 1. A class with fewer rows than
+    folds: the folds shrink to that count (at least 2), else `max_rounds`."""
+    import lightgbm as lgb
+
+    folds = min(folds, int(min(y.sum(), len(y) - y.sum())))
+    if folds < 2:
+        return max_rounds
+    data = lgb.Dataset(x, label=y, feature_name=list(features), free_raw_data=False, params={"verbosity": -1})
+    res = lgb.cv({**params, "metric": "binary_logloss"}, data, num_boost_round=max_rounds, nfold=folds,
+                 stratified=True, seed=int(params.get("seed", 0)),
+                 callbacks=[lgb.early_stopping(EARLY_STOPPING_ROUNDS, verbose=False)])
+    return max(1, len(res["valid binary_logloss-mean"]))

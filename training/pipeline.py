@@ -118,15 +118,16 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     if hidden is None:
         router = fit_router(config, split, candidates, features, paid, labels_hash, prompt_template=template)
     else:
-        from .probe.self_probe import fit_self_probe
+        from .probe.self_probe import choose_layer, fit_self_probe
 
+        split, hidden = choose_layer(split, hidden, config.seed)  # on the training rows only
         router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden, prompt_template=template)
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
              len(split.calibration))
     cal = certify(router, split.calibration, split.train, config.target, config.delta)
     apply_to_policy(router.policy, cal)
     log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
-    evaluation = evaluate(router, split.calibration, split.test, config.target, cal)
+    evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train)
     evaluation["split"] = split.sizes()
     if hidden is not None:
         from .probe.self_probe import compare_with_lightgbm
@@ -184,9 +185,11 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
 
     params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
     boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
-                                     params=params)
+                                     params=params, cv_folds=config.cv_folds)
+    rounds = {s: int(b.current_iteration()) for s, b in boosters.items()}
     policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
-                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round}},
+                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round,
+                                                               "cv_folds": config.cv_folds, "rounds": rounds}},
                          prompt_template=prompt_template)
     return LightGBMRouter(policy, boosters)
 
@@ -217,7 +220,8 @@ def policy_metrics(ev: dict) -> dict:
            "test_target_met": ev["target_met_test"], "test_required_accuracy": ev["required_test"],
            "test_standard_error": ev["standard_error_test"],
            "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
-           "calibration_rows": cal["n"], "certificate_delta": cert["delta"], "certificate_bound": cert["bound"],
+           "calibration_rows": cal["n"], "certificate_delta": cert["delta"],
+           "certificate_delta_after_selection": cert.get("delta_after_selection"), "certificate_bound": cert["bound"],
            "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
            "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
     out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
@@ -232,6 +236,10 @@ def write_outputs(router, evaluation: dict, out: Path) -> None:
     router.save(out / "router")
     (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=jsonable) + "\n")
     plot_curve(evaluation, out / "curve.png")
+    if evaluation.get("probabilities"):
+        from .probability import plot_reliability
+
+        plot_reliability(evaluation["probabilities"], out / "reliability.png")
 
 
 def jsonable(o):

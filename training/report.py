@@ -56,4 +56,8 @@ def format_table(evaluation: dict) -> str:
     lines += [target_text(evaluation), f"certificate: {c['statement']} [{c['method']}; delta {c['delta']}, "
               f"n {c['n']} calibration rows, bound {c['bound'] if c['bound'] is None else round(c['bound'], 4)}]",
               verdict_line(evaluation), area_line(evaluation)]
+    if evaluation.get("probabilities"):
+        from .probability import summary_line
+
+        lines.append(summary_line(evaluation["probabilities"]))
     return "\n".join(lines)

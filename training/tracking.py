@@ -42,6 +42,7 @@ def _flat_params(config, result) -> dict:
     params.update({"policy.rule": json.dumps(policy.decision_rule, sort_keys=True), "policy.tau": policy.tau,
                    "certificate.method": cert.get("method", ""), "certificate.loss": cert.get("loss", ""),
                    "certificate.statement": str(cert.get("statement", ""))[:500],
+                   "certificate.calibration_hash": cert.get("calibration_hash", ""),
                    "policy.fallback": policy.fallback, "policy.mode": policy.mode,
                    "policy.paid_stages": ",".join(policy.paid_stages), "policy.n_features": len(policy.features),
                    "policy.strategies": ",".join(policy.strategies)})
@@ -52,8 +53,11 @@ def _metrics(ev: dict) -> dict:
     cert = ev["certificate"]
     out = {"test_utility": ev["utility"], "test_target_met": float(ev["target_met_test"]),
            "auc_single_strategies": ev["auc_single_strategies"], **{f"auc_{k}": v for k, v in ev["auc"].items()},
-           **{f"certificate_{k}": float(cert[k]) for k in ("delta", "n", "bound", "risk_observed", "p_value",
-                                                            "rows_needed", "feasible") if cert.get(k) is not None}}
+           **{f"certificate_{k}": float(cert[k]) for k in ("delta", "delta_each", "delta_after_selection",
+                                                            "routers_compared", "n", "bound", "risk_observed",
+                                                            "p_value", "rows_needed", "feasible") if cert.get(k) is not None}}
+    for s, r in (ev.get("probabilities") or {}).items():
+        out[f"brier.{s}"] = r["brier"]
     for row in ev["rows"]:
         key = "learned" if row["kind"] == "learned" else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_")
         for m in ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason"):
@@ -131,7 +135,7 @@ def track(config, result, labels_df) -> dict:
 
     from routedvlm.router.tracking import CHAMPION_ALIAS, get_or_create_experiment, setup_mlflow, sqlite_path, store_lock
 
-    from .registry import promote, recover_interrupted, register
+    from .registry import promote, recover_interrupted, register, spend_ledger
 
     uri = setup_mlflow(config.tracking_uri)
     name = None if config.no_register else config.register_as
@@ -142,10 +146,11 @@ def track(config, result, labels_df) -> dict:
             out["recovered"] = recover_interrupted(MlflowClient(), exp_id, name)
         for note in out["recovered"]:
             log.warning("%s", note)
+        ledger = spend_ledger(MlflowClient(), name, result) if name else None  # restates the certificate first
         _log_run(config, result, labels_df, exp_id, out, locked=sqlite_path(uri) is not None)
         if name:  # after the run ended: a version always points at a finished run
-            version = register(out["model_uri"], name, result.labels_hash, result.evaluation["utility"])
-            out.update(promote(config, result, version, CHAMPION_ALIAS))
+            version = register(out["model_uri"], name, result.labels_hash, result.evaluation["utility"], ledger)
+            out.update(promote(config, result, version, CHAMPION_ALIAS, ledger))
     return out
 
 
@@ -164,6 +169,8 @@ def _log_run(config, result, labels_df, exp_id: str, out: dict, *, locked: bool)
         mlflow.log_metrics(_metrics(result.evaluation))
         mlflow.log_artifact(str(result.output_dir / "evaluation.json"))
         mlflow.log_artifact(str(result.output_dir / "curve.png"))
+        if (result.output_dir / "reliability.png").is_file():
+            mlflow.log_artifact(str(result.output_dir / "reliability.png"))
         mlflow.log_text(result.table, "evaluation.txt")
         mlflow.log_dict(result.metadata, "labels_metadata.json")
         with warnings.catch_warnings():  # source-kind ambiguity and integer-column hints are noise here

@@ -104,5 +104,8 @@ def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
         if "version" in info:
             state = "champion" if info["champion"] else "not champion"
             print(f"registered {info['registered_as']} version {info['version']} ({state}: {info['champion_reason']})")
+            cert = result.router.policy.certificate or {}
+            if (cert.get("routers_compared") or 1) > 1:  # the registry's delta ledger restated it (docs/DESIGN.md)
+                print(f"certificate after the choice among versions: {cert['statement']}")
             print(f"load it with: load_router('models:/{info['registered_as']}/{info['version']}')")
     return 0

@@ -1,5 +1,6 @@
 """`routedvlm labels validate FILE [--json] [--strict]`: check a labels file (or folder / glob of parquet files)
-against schema version 1.
+against schema version 1. `routedvlm labels import-outcomes --layout routellm|mmr-bench CSV --out labels.parquet`:
+a published two-model outcome table as direct-only labels (outcomes.py).
 
 Prints every problem (exit 1) or a one-line summary (exit 0); metadata problems of a table another tool wrote or
 filtered (no `routedvlm` metadata, a stale content hash) are warnings, problems with `--strict`. A missing or
@@ -11,18 +12,55 @@ import argparse
 import json
 import sys
 
-EPILOG = "examples: routedvlm labels validate labels.parquet --json\n          routedvlm labels validate ray_out/ --strict"
+EPILOG = ("examples: routedvlm labels validate labels.parquet --json\n          routedvlm labels validate ray_out/ --strict\n"
+          "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="routedvlm labels", description="Check a labels.parquet file.", epilog=EPILOG)
+    p = argparse.ArgumentParser(prog="routedvlm labels", description="Check a labels.parquet file, or import an outcome "
+                                "table.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     v = sub.add_parser("validate", help="report every schema problem of a labels file", epilog=EPILOG)
     v.add_argument("file", metavar="FILE", help="labels.parquet, a folder of parquet files or a glob")
     v.add_argument("--json", action="store_true", help="print a JSON report instead of text")
     v.add_argument("--strict", action="store_true", help="also require the routedvlm metadata and a matching content "
                    "hash (what write_labels writes)")
+    i = sub.add_parser("import-outcomes", help="a two-model outcome table (CSV) as direct-only labels", epilog=EPILOG)
+    i.add_argument("file", metavar="CSV", help="the outcome table")
+    i.add_argument("--layout", required=True, choices=("mmr-bench", "routellm"), help="the table's column layout")
+    i.add_argument("--out", required=True, help="the labels.parquet to write")
+    i.add_argument("--small", help="the cheaper model's column name (default: RouteLLM's weak model, or the lower "
+                   "mean cost)")
+    i.add_argument("--dataset", default="imported", help="the `dataset` value of every row")
+    i.add_argument("--ms-per-token", default="", help="routellm layout: price per response token, e.g. "
+                   "'small=10,large=30' (the default)")
     return p
+
+
+def import_command(args) -> int:
+    import pandas as pd
+
+    from routedvlm.errors import ConfigError, LabelsError
+
+    from .outcomes import import_outcomes, outcome_metadata
+    from .schema import write_labels
+
+    try:
+        prices = {k.strip(): float(v) for k, v in (item.split("=", 1) for item in args.ms_per_token.split(",") if item)}
+    except ValueError as exc:
+        raise ConfigError(f"`--ms-per-token` must look like 'small=10,large=30'. Got {args.ms_per_token!r} "
+                          "instead.") from exc
+    try:
+        df = pd.read_csv(args.file)
+    except (OSError, pd.errors.ParserError) as exc:
+        raise LabelsError(f"Cannot read the outcome table {args.file!r}: {exc}") from exc
+    labels = import_outcomes(df, args.layout, small=args.small, dataset=args.dataset, ms_per_token=prices)
+    write_labels(labels, args.out, outcome_metadata(labels, args.layout, args.file))
+    m = labels.attrs["models"]
+    print(f"wrote {len(labels)} rows to {args.out}: small_direct = {m['small']} (accuracy "
+          f"{labels['correct__small_direct'].mean():.3f}), large_direct = {m['large']} (accuracy "
+          f"{labels['correct__large_direct'].mean():.3f})")
+    return 0
 
 
 def validate_command(path: str, as_json: bool, strict: bool = False) -> int:
@@ -51,4 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.action == "validate":
         return validate_command(args.file, args.json, args.strict)
+    if args.action == "import-outcomes":
+        from routedvlm.errors import RoutedVLMError
+
+        try:
+            return import_command(args)
+        except RoutedVLMError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 2

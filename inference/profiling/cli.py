@@ -17,7 +17,9 @@ EPILOG = """example:
       --image-sizes 96x16 --prompt-tokens 8,32 --output-tokens 1,8,32 --out profile_servers.json
   routedvlm profile --shape qwen3-vl-2b --shape qwen3-vl-4b --dtype bfloat16 --image-sizes 224 \\
       --prompt-tokens 8,48,128 --output-tokens 1,4,16 --repeats 1 --out profile.json   # real sizes, random weights
-  routedvlm profile --preset gpu-check   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation, GPU tests
+  routedvlm profile --preset gpu-check --budget-s 540   # on a CUDA machine: 2B + 8B shapes, paper grid, escalation,
+                                                         # GPU tests; exit 1 when a step fails, 2 at the budget
+  routedvlm profile --preset gpu-check --dry-run   # on the CPU: same calls at tiny shapes, counts + expected GPU time
 then: routedvlm label ... --cost profile.json   (deterministic latencies from the fitted model)
 """
 
@@ -97,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-analyse an existing profile.json (summary, crossovers, plots; --out rewrites it) "
                         "without measuring anything")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
+                   help="with --preset: stop starting calls after this many seconds (the call in flight finishes), "
+                        "keep the JSON written so far and exit 2; leave a margin below the machine's limit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --preset: the same call sequence on the CPU (float32) with tiny stand-ins of the shapes; "
+                        "records the calls and builds of every step and the GPU time they imply (docs/gpu.md)")
     return p
 
 
@@ -113,6 +121,14 @@ def resolve_args(args) -> tuple[dict, list]:
     for key, default in DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, preset.get(key, default))
+    if (args.dry_run or args.budget_s is not None) and not preset:
+        raise ConfigError("The `--dry-run` and `--budget-s` flags belong to a preset run: add --preset gpu-check.")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise ConfigError(f"The `--budget-s` flag must be a positive number of seconds. Got {args.budget_s!r} instead.")
+    if args.dry_run:
+        args.device, args.dtype = "cpu", "float32"
+        args.out = args.out or pathlib.Path(preset["out"]).with_name("dry-run.json")
+        args.plots_dir = args.plots_dir or pathlib.Path(preset["plots_dir"]) / "dry-run"
     args.out = args.out or (pathlib.Path(preset["out"]) if preset else None)
     args.plots_dir = args.plots_dir or (pathlib.Path(preset["plots_dir"]) if preset else None)
     shapes = args.shape or list(preset.get("shapes", []))
@@ -190,6 +206,23 @@ def _report(profile: dict, args) -> int:
     return 0
 
 
+def _gpu_check(args, settings, shapes: list, preset: dict) -> int:
+    """The preset run (gpu_check.py): one line per step as it ends, the summary, and its exit status."""
+    from .gpu_check import run_gpu_check, step_line, summary_lines
+
+    if args.dry_run:
+        from .dry_run import write_tiny_shapes
+
+        shapes = write_tiny_shapes(shapes, args.out.parent / "dry-run-shapes")
+    result, code = run_gpu_check(settings, shapes, args.out, args.plots_dir, preset["escalation"],
+                                 show_progress=not args.no_progress, memory_margin_gib=args.memory_margin_gib,
+                                 budget_s=args.budget_s, on_step=lambda rec: print(step_line(rec), flush=True),
+                                 dry_run=args.dry_run)
+    lines = [_summary(result)] if result["models"] else []
+    print("\n".join(lines + summary_lines(result) + [f"wrote {p}" for p in [args.out, *(result.get("written") or [])]]))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     preset, shapes = resolve_args(args)
@@ -210,12 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                                dtype=args.dtype, seed=args.seed, warmup=not args.no_warmup, clock=args.clock)
     _progress_logging()
     if preset:
-        from .gpu_check import run_gpu_check, summary_lines
-
-        result = run_gpu_check(settings, shapes, args.out, args.plots_dir, preset["escalation"],
-                               show_progress=not args.no_progress, memory_margin_gib=args.memory_margin_gib)
-        print("\n".join([_summary(result), *summary_lines(result)] + [f"wrote {p}" for p in result["written"]]))
-        return 0
+        return _gpu_check(args, settings, shapes, preset)
     partial = args.out.with_name(args.out.stem + ".partial.json")
     profile = run_profile(args.model, settings, show_progress=not args.no_progress, shapes=shapes,
                           memory_margin_gib=args.memory_margin_gib, api_key=args.api_key, partial_path=partial)

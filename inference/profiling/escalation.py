@@ -20,7 +20,8 @@ def _kept_text(n: int) -> str:
 def measure_escalation(vlm, image, *, keep_tokens: int = 32, answer_tokens: int = 8, repeats: int = 7) -> dict:
     """Median wall ms of the second stage with prefix reuse and cold, after one unrecorded round; plus token counts.
 
-    `same_tokens` compares the two answers (exact in float32; in bf16 the two prefill orders can round differently).
+    `same_tokens` compares the two answers (exact in float32; in bf16 the two prefill orders can round differently,
+    so `first_logits_max_rel_diff` says how far the first answer logits are apart; `gpu_check.check_escalation`).
     """
     from ..generation import timed_generate
     from ..inputs import make_request
@@ -53,7 +54,7 @@ def report(vlm, lp, reuse, cold, reuse_ms, cold_ms, keep_tokens: int, answer_tok
         "model": vlm.name, "dtype": str(vlm.model.dtype).removeprefix("torch."), "device": str(vlm.device),
         "image_tokens": image_tokens, "keep_tokens": keep_tokens, "answer_tokens": answer_tokens,
         "repeats": len(reuse_ms), "cached_prefix_tokens": lp.prefix.length,
-        "same_tokens": reuse.token_ids == cold.token_ids,
+        "same_tokens": reuse.token_ids == cold.token_ids, "first_logits_max_rel_diff": _rel_diff(reuse, cold),
         "reuse_prefill_tokens": reuse.prefill_tokens, "cold_prefill_tokens": cold.prefill_tokens,
         "hint_and_template_suffix_tokens": reuse.prefill_tokens - keep_tokens,
         "reuse_ms_median": round(statistics.median(reuse_ms), 1), "cold_ms_median": round(statistics.median(cold_ms), 1),
@@ -63,3 +64,18 @@ def report(vlm, lp, reuse, cold, reuse_ms, cold_ms, keep_tokens: int, answer_tok
     }
     out["speedup_cold_over_reuse"] = round(out["cold_ms_median"] / out["reuse_ms_median"], 2)
     return out
+
+
+def _rel_diff(a, b) -> float | None:
+    """max |a - b| / max |b| over the finite first answer logits of two generations (1.0 when different entries are
+    masked to -inf; None when either has none)."""
+    import torch
+
+    if a.first_logits is None or b.first_logits is None:
+        return None
+    fa, fb = torch.isfinite(a.first_logits), torch.isfinite(b.first_logits)
+    if not bool((fa == fb).all()):
+        return 1.0
+    x, y = a.first_logits[fa], b.first_logits[fb]
+    scale = float(y.abs().max()) if y.numel() else 1.0
+    return round(float((x - y).abs().max()) / (scale or 1.0), 6) if y.numel() else 0.0

@@ -2,7 +2,9 @@
 
 `estimate_memory(meta_model, settings)` adds up the weights (exact: the parameters of the model built on the meta
 device, tied ones once), the KV cache at the longest context of the profile grid, the largest activations of one
-prefill and of the vision encoder on the largest image, and a fixed runtime allowance. `check_fits` compares it
+prefill and of the vision encoder on the largest image, and a fixed runtime allowance. Attention scores are counted as
+transformers' eager attention holds them: the Q.K^T product in the model dtype plus its float32 softmax (an upper
+bound: fused SDPA kernels on CUDA hold neither). `check_fits` compares it
 with the free memory of the device (CPU: `MemAvailable` of /proc/meminfo; CUDA: `torch.cuda.mem_get_info`).
 """
 from __future__ import annotations
@@ -14,6 +16,13 @@ from routedvlm.errors import InsufficientMemoryError
 GIB = 2**30
 RUNTIME_GIB = 1.0  # interpreter, torch, transformers, allocator slack (measured ~0.6 GiB on CPU)
 TEMPLATE_TOKENS = 64  # chat template + vision markers around the question
+SOFTMAX_BYTES = 4  # eager attention: softmax(..., dtype=torch.float32) of the scores
+
+
+def attention_score_bytes(heads: int, tokens: int, item: int) -> int:
+    """Bytes of one layer's attention scores over `tokens` x `tokens`: the product in the model dtype (`item`
+    bytes) and its float32 softmax, alive together."""
+    return heads * tokens * tokens * (item + SOFTMAX_BYTES)
 
 
 def _unique_params(model):
@@ -61,10 +70,10 @@ def estimate_memory(model, settings=None) -> dict:
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     kv = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * item * context
     prefill = context * (4 * text.hidden_size + 3 * text.intermediate_size) * item
-    prefill += text.num_attention_heads * context * context * item + 4 * text.vocab_size
+    prefill += attention_score_bytes(text.num_attention_heads, context, item) + 4 * text.vocab_size
     v_heads = getattr(vision, "num_heads", 16)
     vis = patches * (4 * vision.hidden_size + 2 * getattr(vision, "intermediate_size", 4 * vision.hidden_size)) * item
-    vis += v_heads * patches * patches * item
+    vis += attention_score_bytes(v_heads, patches, item)
     out = {"parameters": sum(p.numel() for p in params), "weights_gib": weights / GIB, "kv_cache_gib": kv / GIB,
            "activations_gib": max(prefill, vis) / GIB, "runtime_gib": RUNTIME_GIB, "max_context": context}
     out["total_gib"] = out["weights_gib"] + out["kv_cache_gib"] + out["activations_gib"] + RUNTIME_GIB

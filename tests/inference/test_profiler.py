@@ -226,15 +226,15 @@ def test_cuda_device_without_cuda_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.gpu
-def test_gpu_profile_synchronises(tiny_pair, tmp_path):
+def test_gpu_profile_synchronises(tiny_pair, tmp_path, gpu_device):
     """On a GPU (`make test-gpu`; deselected by default): the CUDA path (synchronised timings, GPU name)."""
     from routedvlm.inference.profiling.cli import main
 
     out = tmp_path / "profile.json"
     assert main(["--model", str(tiny_pair[0]), "--image-sizes", "32", "--prompt-tokens", "8", "--output-tokens", "1,4",
-                 "--repeats", "1", "--device", "cuda", "--out", str(out), "--no-progress"]) == 0
+                 "--repeats", "1", "--device", gpu_device, "--out", str(out), "--no-progress"]) == 0
     prof = json.loads(out.read_text())
-    assert prof["hardware"]["gpu"] and prof["settings"]["device"] == "cuda"
+    assert prof["hardware"]["gpu"] and prof["settings"]["device"] == gpu_device
 
 
 def test_cost_stage_fn_maps_sides_and_hashes_the_profile(tmp_path):

@@ -143,6 +143,24 @@ def test_memory_estimate_grows_with_the_grid(tokenizer):
         check_fits("qwen3-vl-2b", small, "cpu", margin_gib=0.5, available=(small["total_gib"] + 0.1, "a test"))
 
 
+def test_memory_estimate_worked_example_on_the_meta_device(tokenizer):
+    """Hand count for the tiny shape in bf16 (2 bytes): an 896 px image = 56 x 56 = 3136 patches of 16 px, 784 LM
+    tokens after the 2x2 merge; context 784 + 1024 prompt + 64 template + 4 output = 1876 tokens. Attention scores
+    are held twice: the product in bf16 (2 bytes) and its float32 softmax (4 bytes)."""
+    from routedvlm.inference.profiling.profiler import ProfileSettings
+    from routedvlm.inference.profiling.shape_memory import GIB, estimate_memory
+    from routedvlm.inference.profiling.shapes import meta_model
+
+    model = meta_model(tiny_shape_config(), "bfloat16", tokenizer)  # text: hidden 64, 4 heads (2 KV) of 16, 2 layers
+    assert all(p.is_meta for p in model.parameters())
+    est = estimate_memory(model, ProfileSettings(image_sizes=[896], prompt_tokens=[1024], output_tokens=[1, 4]))
+    assert est["max_context"] == 1876
+    text = 1876 * (4 * 64 + 3 * 128) * 2 + 4 * 1876 * 1876 * (2 + 4) + 4 * 151936  # activations, scores, logits
+    vision = 3136 * (4 * 32 + 2 * 64) * 2 + 2 * 3136 * 3136 * (2 + 4)  # 2 heads over 3136 patches
+    assert vision > text and est["activations_gib"] == round(vision / GIB, 3) == 0.111
+    # the old count (scores in bf16 only) was a third of this: 0.038 GiB
+
+
 def test_resolve_shape_errors_name_the_options(tmp_path):
     from routedvlm.inference.profiling.shapes import is_shape_spec, resolve_shape
 
@@ -293,7 +311,9 @@ def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
                  "--no-progress"]) == 0
     result = json.loads(out.read_text())
     assert result["preset"] == "gpu-check" and list(result["models"]) == ["small", "large"]
-    assert [s["step"] for s in result["steps"]] == ["profile", "escalation", "gpu_tests"]
+    assert [s["step"] for s in result["steps"]] == ["memory check", "build small", "profile small", "escalation small",
+                                                    "build large", "profile large", "escalation large", "gpu tests",
+                                                    "plots"]
     assert result["gpu_tests"]["status"] == "skipped" and "not a CUDA device" in result["gpu_tests"]["reason"]
     for name, esc in result["escalation"].items():
         assert esc["same_tokens"], name  # float32: reuse and cold give the same tokens
@@ -303,21 +323,22 @@ def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
     for png in ("components.png", "crossover.png"):
         assert (tmp_path / "gc" / png).read_bytes()[:4] == b"\x89PNG"
     text = capsys.readouterr().out
-    assert "escalation large: reuse" in text and "gpu tests: skipped" in text and "gpu-check took" in text
+    assert "escalation large: reuse" in text and "gpu tests: skipped" in text and "all steps ok" in text
+    assert "[gpu-check] profile large" in text
 
 
 @pytest.mark.gpu
-def test_shape_builds_and_generates_on_cuda(tmp_path):
+def test_shape_builds_and_generates_on_cuda(tmp_path, gpu_device):
     """On a GPU (`make test-gpu`): a shape is allocated on CUDA in bf16 and generates with synchronised timings."""
     import torch
 
     from routedvlm.inference.profiling.profiler import _one_call, random_image
     from routedvlm.inference.profiling.shapes import shape_vlm
 
-    vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), "cuda", "bfloat16")
+    vlm = shape_vlm(write_tiny_shape(tmp_path / "tiny.json"), gpu_device, "bfloat16")
     assert {p.device.type for p in vlm.model.parameters()} == {"cuda"}
     assert {p.dtype for p in vlm.model.parameters()} == {torch.bfloat16}
-    call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, "cuda")
+    call = _one_call(vlm, random_image(448), "How tall is the bar?", 4, gpu_device)
     assert call["image_tokens"] == 196 and len(call["gen"].token_ids) == 4 and call["gen"].prefill_ms > 0
 
 

@@ -46,7 +46,20 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     assert main(["train", *worse, "--output-dir", "r2"]) == 0
     out = capsys.readouterr().out
     assert "registered vlm-router version 2 (not champion: utility" in out
+    assert "certificate after the choice among versions: with probability >= 0.8 over the calibration draw" in out
     assert str(client.get_model_version_by_alias("vlm-router", "champion").version) == "1"
+    # the delta ledger (issue 27): version 2 was compared on version 1's calibration rows, so what holds for the
+    # champion after that choice is 0.1 + 0.1; its policy.json, MLflow and the registry say so
+    v2 = client.get_model_version("vlm-router", "2")
+    assert v2.tags["routedvlm.ledger"] == "spent" and float(v2.tags["routedvlm.delta_each"]) == 0.1
+    assert v2.tags["routedvlm.calibration_hash"] == client.get_model_version("vlm-router", "1").tags[
+        "routedvlm.calibration_hash"]
+    assert float(client.get_model_version("vlm-router", "1").tags["routedvlm.delta_after_selection"]) == 0.2
+    cert2 = load_router(tmp_path / "r2" / "router").policy.certificate
+    assert cert2["delta_after_selection"] == pytest.approx(0.2) and cert2["routers_compared"] == 2
+    assert cert2["statement"].startswith("with probability >= 0.8 over the calibration draw (after choosing among 2")
+    run2 = client.get_run(re.search(r"mlflow run (\w+)", out).group(1))
+    assert run2.data.metrics["certificate_delta_after_selection"] == pytest.approx(0.2)
 
     assert main(["train", *worse, "--output-dir", "r3", "--promote"]) == 0
     assert "version 3 (champion: --promote)" in capsys.readouterr().out

@@ -50,7 +50,10 @@ def test_trains_saves_and_beats_nothing_it_did_not_measure(trained):
     router = result.router
     assert isinstance(router, SelfProbeRouter) and router.policy.mode == "cascade"
     hidden = router.policy.params["hidden"]
-    assert hidden["layers"] == [2] and hidden["position"] == "all_mean"  # 2/3 of the large model's 4 layers
+    # one of the candidate layers (1/3, 1/2, 2/3, last of 4 -> 1, 2, 3), chosen on the training rows
+    assert hidden["layers"][0] in (1, 2, 3) and len(hidden["layers"]) == 1 and hidden["position"] == "all_mean"
+    assert set(hidden["layer_cv_log_loss"]) == {"1", "2", "3"}
+    assert hidden["layer_cv_log_loss"][str(hidden["layers"][0])] == min(hidden["layer_cv_log_loss"].values())
     assert hidden["size"] == router.head["weight"].shape[0] - len(router.policy.features)
     assert router.policy.params["recomputed"]["answers_equal_labels"] == N_ROWS  # same model, same answers
     ev = json.loads((root / "run" / "evaluation.json").read_text())

@@ -31,6 +31,7 @@ from routedvlm.router.decision_rules import fixed_rule
 
 from . import ltt
 from .rule_family import CHAINS, Member, Scorer, baseline_members, model_chains
+from .selection import SELF_ONLY, claim_sentence
 
 log = logging.getLogger(__name__)
 DEFAULT_DELTA = 0.1
@@ -110,6 +111,7 @@ class Calibration:
     rows_needed: int | None = None
     needed_for: str | None = None
     router_mode: tuple = ("", ())  # the mode and paid stages the router's model was trained for
+    calibration_hash: str = ""  # content hash of the calibration rows (the registry's delta ledger is keyed by it)
 
     def best(self, chain: str) -> Scored | None:
         """The chain's least-latency certified member (latency targets: its pick within the budget)."""
@@ -129,9 +131,8 @@ class Calibration:
                     else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
             return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
                     f"{more}. Falling back to always {s.reference}.")
-        return (f"with probability >= {1 - self.delta:.4g} over the calibration draw, on new traffic from the same "
-                f"distribution: {claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; observed "
-                f"{c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+        return claim_sentence(self.delta, 1, self.delta, f"{claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; "
+                              f"observed {c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
 
     def certificate(self) -> dict:
         """What policy.json records (`certificate`)."""
@@ -139,7 +140,9 @@ class Calibration:
         bound = None if s.kind == "none" else (s.alpha if s.kind == "regret" else 1 - s.alpha)
         meaning = {"regret": f"accuracy >= accuracy({s.reference}) - bound", "error": "accuracy >= bound",
                    "none": "no bound"}[s.kind]
-        return {"delta": self.delta, "n": self.n, "bound": bound, "bound_meaning": meaning,
+        return {"delta": self.delta, "delta_each": self.delta, "delta_after_selection": self.delta,
+                "routers_compared": 1, "selection": SELF_ONLY, "calibration_hash": self.calibration_hash,
+                "n": self.n, "bound": bound, "bound_meaning": meaning,
                 "method": METHOD if s.kind != "none" else "empirical (latency budgets are not certified)",
                 "loss": s.loss_text, "risk_limit": s.alpha, "reference": s.reference,
                 "reference_train_accuracy": s.reference_train_accuracy, "level_per_chain": self.level,
@@ -197,16 +200,26 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
     mode = (router.policy.mode, tuple(router.policy.paid_stages))
     if spec.kind == "none":
         cal = _pick_within_budget(target, spec, scored, n)
-        cal.router_mode = mode
+        cal.router_mode, cal.calibration_hash = mode, calibration_hash(calib)
         return cal
     level = delta / len(scored)
     for rows in scored.values():
         p = [0.0 if spec.is_trivial(s.member) else float(ltt.binomial_p_value(s.losses, n, spec.alpha)) for s in rows]
         for i, s in enumerate(rows):
             s.p_value = p[i]
-        for i in ltt.fixed_sequence(p, level):
-            rows[i].certified = True
-    return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode))
+        for i, ok in enumerate(ltt.certified_prefix(p, level)):
+            rows[i].certified = bool(ok)
+    return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode,
+                               calibration_hash=calibration_hash(calib)))
+
+
+def calibration_hash(calib: pd.DataFrame) -> str:
+    """The content hash of the calibration rows (order-free): their ids and labelled outcomes (not features, images
+    or hidden states, which a router may attach in memory): the key of the registry's delta ledger."""
+    from ..labels_io import content_hash
+
+    keep = [c for c in calib.columns if c in ("sample_id", "dataset") or c.startswith(("correct__", "latency_ms__"))]
+    return content_hash(calib[keep])
 
 
 def _choose(cal: Calibration) -> Calibration:

@@ -67,6 +67,12 @@ def fixed_sequence(p_values, level: float) -> list[int]:
     return out
 
 
+def certified_prefix(p_values, level: float) -> np.ndarray:
+    """Vectorised `fixed_sequence` over the last axis: True for the members rejected (certified) at `level`."""
+    ok = np.asarray(p_values, dtype=float) <= level  # NaN never rejects
+    return np.cumprod(ok, axis=-1).astype(bool)
+
+
 def rows_needed(rate: float, alpha: float, level: float, max_rows: int = 10_000_000) -> int | None:
     """About how many rows certify "risk <= alpha" at `level` when the loss rate stays `rate`: the smallest n with
     I_{1-alpha}(n - rate*n, rate*n + 1) <= level, the binomial tail at k = rate*n extended to real k (so the

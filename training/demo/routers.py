@@ -1,9 +1,11 @@
 """The demo's router choice: train every router type named (`lightgbm`, `lora-probe`) in both modes on the demo
 labels, log and register them all, and promote the one with the best certified utility to `champion`.
 
-Each router is certified at delta / (number of routers), so the champion's guarantee holds at delta whichever of
-them wins (Bonferroni over the routers). Certified utility: the router's test utility (training/evaluate.py) when
-its calibration was feasible, else -inf (an uncertified router never becomes champion).
+Each router is certified at delta / (number of routers) (`delta_each`); the champion is chosen among them, so what
+holds for it is delta (a union bound over the routers): every certificate is restated at `delta_after_selection` =
+delta before it is logged (training/calibration/selection.py), and policy.json, MLflow and the table say so.
+Certified utility: the router's test utility (training/evaluate.py) when its calibration was feasible and it met its
+target on the test rows, else -inf (an uncertified router, or one that missed its test target, never becomes champion).
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ class Trained:
 
     @property
     def certified_utility(self) -> float:
-        return float(self.result.evaluation["utility"]) if self.feasible else -math.inf
+        ok = self.feasible and bool(self.result.evaluation.get("target_met_test", True))
+        return float(self.result.evaluation["utility"]) if ok else -math.inf
 
 
 def train_all(cfg, labels_path: Path, say) -> list[Trained]:
@@ -83,10 +86,17 @@ def register_all(trained: list[Trained], labels_path: Path, say) -> Trained:
     from ..tracking import track
 
     best = max(trained, key=lambda t: t.certified_utility)
-    if not best.feasible:
-        raise RouterError("No router certified the target: " + trained[0].result.evaluation["certificate"]["statement"]
+    if best.certified_utility == -math.inf:
+        raise RouterError("No router certified the target and met it on its test rows: "
+                          + trained[0].result.evaluation["certificate"]["statement"]
                           + " Use a lower --target-accuracy or more --n-label samples.")
+    from ..calibration.selection import restate_result
+
     labels, _ = load_labels(str(labels_path))
+    total = sum(float(t.config.delta) for t in trained)
+    for t in trained:  # the level that holds for the champion after the choice, in every artifact
+        restate_result(t.result, total, len(trained), f"demo champion: chosen among {len(trained)} routers certified "
+                       f"on the same calibration rows, each at delta {trained[0].config.delta:.4g}")
     for t in [t for t in trained if t is not best] + [best]:
         t.info = track(replace(t.config, promote=t is best), t.result, labels)
         say(f"registered {t.name} as {t.info['registered_as']} version {t.info['version']}: "

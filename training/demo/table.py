@@ -163,8 +163,9 @@ def format_markdown(rows: list[dict]) -> str:
 def certificate_lines(header: dict) -> list[str]:
     """The champion's certificate and what it promises on the eval samples."""
     cert, target = header["certificate"], header["eval_target"]
-    joint = (f"; each of the {header['n_routers']} routers was certified at delta {cert['delta']:g}, so the champion's "
-             f"guarantee holds at delta {header['delta']:g} whichever won" if header.get("n_routers", 1) > 1 else "")
+    each, after = cert.get("delta_each", cert.get("delta")), cert.get("delta_after_selection", cert.get("delta"))
+    joint = (f" [delta_each {each:g} per router x {header['n_routers']} routers compared = delta_after_selection "
+             f"{after:g}: the level that holds for the champion]" if header.get("n_routers", 1) > 1 and each else "")
     return [f"certificate (champion {header['champion']}, {cert.get('n')} calibration rows): {cert.get('statement')}"
             + joint,
             f"on the eval split that promises accuracy >= {target['text']} = "

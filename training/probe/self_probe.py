@@ -37,9 +37,11 @@ class HiddenInfo:
     seconds: float
     answers_equal: int
     rows: int
+    layer_scores: dict | None = None  # candidate layer -> training-split CV log loss (choose_layer)
 
     def params(self) -> dict:
-        return {"hidden": {"layers": self.layers, "position": self.position, "size": self.size},
+        return {"hidden": {"layers": self.layers, "position": self.position, "size": self.size,
+                           **({"layer_cv_log_loss": self.layer_scores} if self.layer_scores else {})},
                 "large_model": self.large_model, "large_hash": self.large_hash,
                 "recomputed": {"seconds": round(self.seconds, 2), "rows": self.rows,
                                "answers_equal_labels": self.answers_equal}}
@@ -157,10 +159,42 @@ def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, 
     return SelfProbeRouter(policy, head)
 
 
+LAYER_FRACTIONS = (1 / 3, 1 / 2, 2 / 3, 1.0)  # the candidate depths when --hidden-layers is not given
+
+
 def default_layers(n_layers: int) -> list[int]:
-    """The layer at 2/3 of the depth (index round(2/3 * (n - 1))): on the toy world it gave the best calibration
-    AUROC of P(large_direct correct) among single layers and pairs (README, self-probe section)."""
-    return [int(round(2 * (n_layers - 1) / 3))]
+    """The candidate layers at 1/3, 1/2, 2/3 of the depth and the last (index round(f * (n - 1))); `choose_layer`
+    keeps one of them, chosen on the training rows only."""
+    return sorted({int(round(f * (n_layers - 1))) for f in LAYER_FRACTIONS})
+
+
+def choose_layer(split, info: HiddenInfo, seed: int = 0):
+    """(split, info) keeping the one captured layer whose hidden state best predicts large_direct's correctness on
+    the TRAINING rows (mean 5-fold cross-validated log loss of a logistic head; calibration and test rows are not
+    looked at). Nothing to choose with one layer."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
+    if len(info.layers) < 2:
+        return split, info
+    width = info.size // len(info.layers)
+    h = np.stack([np.asarray(v, dtype=np.float64) for v in split.train[HIDDEN_KEY]])
+    y = split.train[f"correct__{LARGE_DIRECT}"].to_numpy(dtype=int)
+    scores = {}
+    for i, layer in enumerate(info.layers):
+        block = h[:, i * width:(i + 1) * width]
+        z = (block - block.mean(axis=0)) / np.where(block.std(axis=0) > 1e-8, block.std(axis=0), 1.0)
+        folds = min(5, int(min(y.sum(), len(y) - y.sum())))
+        scores[layer] = (float(-cross_val_score(LogisticRegression(C=0.1, max_iter=2000, random_state=seed), z, y,
+                                                cv=folds, scoring="neg_log_loss").mean()) if folds >= 2 else 0.0)
+    best = min(info.layers, key=lambda layer: (scores[layer], -layer))  # ties: the deeper layer
+    i = info.layers.index(best)
+    cut = lambda df: df.assign(**{HIDDEN_KEY: [np.asarray(v)[i * width:(i + 1) * width] for v in df[HIDDEN_KEY]]})  # noqa: E731
+    from dataclasses import replace
+
+    log.info("self-probe layer %s chosen on the training rows (cross-validated log loss per layer: %s)", best, scores)
+    new = replace(info, layers=[best], size=width, layer_scores={str(k): v for k, v in scores.items()})
+    return type(split)(cut(split.train), cut(split.calibration), cut(split.test)), new
 
 
 def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, HiddenInfo]:

@@ -179,7 +179,12 @@ class ShadowAuditor:
             return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
     def close(self, timeout: float | None = 10.0) -> None:
-        self._queue.put(None)
+        """Stop the worker after the audits already queued (waiting at most `timeout` seconds)."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            logger.warning("audit queue still full after %s s; the worker stops with the process", timeout)
+            return
         self._thread.join(timeout)
 
 

@@ -35,7 +35,8 @@ class RoutedOutput:
     (router type, mode, features, `features_ms`, `decision_ms`, `fallback`, `error`); fallback: whether the
     fallback router decided; result: the pipeline's `Result` of the chosen strategy; finish_reason: "length"
     when `max_tokens` (or the pipeline's limit) cut the answer, else "stop"; usage: the OpenAI usage of the final
-    answer call (see final_answer.py).
+    answer call (see final_answer.py); request_id / audited: the id for gold feedback and whether a shadow audit of
+    the request was queued (see audit/).
     """
 
     text: str
@@ -47,6 +48,8 @@ class RoutedOutput:
     result: Result | None = field(default=None, repr=False)
     finish_reason: str = "stop"
     usage: dict = field(default_factory=dict)
+    request_id: str = ""  # set by RoutedVLM; the id gold feedback names
+    audited: bool = False  # whether a shadow audit of this request was queued
 
     @property
     def decision(self) -> dict:

@@ -63,6 +63,9 @@ class TrainConfig:
     experiment: str = _f("train-router", "MLflow experiment name")
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")
     calib_fraction: float = _f(0.2, "share of rows for the calibration split")
+    calibration_data: str | None = _f(None, "labels.parquet whose rows are the calibration split instead (fresh rows, "
+                                             "e.g. audited live traffic relabelled: routedvlm audit export + routedvlm "
+                                             "label); the labels' own calibration share is then left unused")
     test_fraction: float = _f(0.2, "share of rows for the test split")
     num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
     cv_folds: int = _f(5, "LightGBM: choose each strategy's boosting rounds (at most --num-boost-round) by this many "

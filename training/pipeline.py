@@ -11,7 +11,7 @@ import logging
 
 import pandas as pd
 
-from routedvlm.errors import ConfigError, one_of
+from routedvlm.errors import ConfigError, TrainingError, one_of
 
 from .config import TrainConfig
 from .labels_io import content_hash, load_labels
@@ -41,6 +41,10 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     """Train the router type `config.router` (lightgbm, lora-probe, self-probe) on `labels` (default: read
     `config.data`); see the module docstring. Raises RoutedVLMError subclasses."""
     train = trainer_for(config.router)
+    if config.calibration_data and config.router != "lightgbm":
+        raise ConfigError(f"`--calibration-data` (fresh calibration rows) works with the lightgbm router; the "
+                          f"{config.router} router reads images or hidden states the rows do not carry. Got "
+                          f"--router {config.router}.")
     if labels is None:
         labels, metadata = load_labels(config.data)
     return train(config, labels, dict(metadata or {}))
@@ -51,8 +55,28 @@ def train_lightgbm(config: TrainConfig, labels: pd.DataFrame, metadata: dict) ->
     labels_hash = metadata.get("content_hash") or content_hash(labels)
     candidates, features, paid = plan(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
+    if config.calibration_data:
+        split = with_calibration_rows(split, config.calibration_data, candidates, features)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     router = fit_router(config, split, candidates, features, paid, labels_hash,
                         prompt_template=prompt_template_of(metadata))
     evaluation = certify_and_evaluate(config, router, split)
     return finish(config, router, evaluation, split, metadata, labels_hash)
+
+
+def with_calibration_rows(split, path, candidates, features):
+    """`split` with the rows of the labels at `path` as its calibration split (TrainingError when they lack a
+    column the certificate or the router reads)."""
+    from .split import MIN_ROWS, Split
+
+    fresh, _ = load_labels(path)
+    need = [f"correct__{s}" for s in candidates] + [f"latency_ms__{s}" for s in candidates] + list(features)
+    missing = [c for c in need if c not in fresh.columns]
+    if missing:
+        raise TrainingError(f"The calibration labels {path!r} lack columns {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
+                            "label them with the same models, K grid and selector as the training labels.")
+    if len(fresh) < MIN_ROWS["calibration"]:
+        raise TrainingError(f"The calibration labels {path!r} have {len(fresh)} rows; at least "
+                            f"{MIN_ROWS['calibration']} are needed.")
+    log.info("calibrating on %d fresh rows from %s", len(fresh), path)
+    return Split(split.train, fresh.reset_index(drop=True), split.test)

@@ -15,6 +15,8 @@ import logging
 import threading
 import time
 
+from ..audit.metrics import register as register_audit_metrics
+from .audit_routes import FEEDBACK, feedback, release_after
 from .completions import Chunks, context_of, plain_completion, route_headers, route_info, routed_completion
 from .metrics import ServerMetrics
 from .protocol import APIError, Limits, check_context, parse_chat_request
@@ -86,6 +88,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     limits, serving = limits or Limits(), Serving(routed, loader, on_load_error)
     models = (served_model, *SIDES)
     metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
+    register_audit_metrics(metrics.registry, lambda: serving.routed.audit_status() if serving.routed is not None else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -127,6 +130,10 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
                                            for m in models]}
 
+    @app.post(FEEDBACK)
+    async def audit_feedback(request: Request):
+        return await feedback(serving.require(), await read_body(request, limits.max_body_bytes))
+
     parsing = asyncio.Semaphore(PARSE_SLOTS)
 
     @app.post(CHAT)
@@ -150,7 +157,7 @@ class ChatHandler:
         from starlette.concurrency import run_in_threadpool
 
         self.metrics.in_flight.inc()
-        streaming = False
+        streaming, background = False, None
         try:
             routed = self.require()
             req = await self.parse(await read_body(request, self.limits.max_body_bytes))  # no frame here holds the body
@@ -161,8 +168,10 @@ class ChatHandler:
                     response = await self.stream_routed(routed, req)
                     streaming = True
                     return response
-                out = await run_in_threadpool(routed.generate, messages=req.messages, max_tokens=req.max_tokens)
+                out = await run_in_threadpool(routed.generate, messages=req.messages, max_tokens=req.max_tokens,
+                                              defer_audit=True)
                 payload, headers = routed_completion(out, req.model)
+                background = release_after(out)  # a sampled audit starts once the response is sent
                 self.strategy = out.strategy
                 self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None)
             else:
@@ -172,7 +181,7 @@ class ChatHandler:
             self.done(200)
             if req.stream and req.model != self.served:
                 return _one_delta_stream(payload, req.include_usage)
-            return JSONResponse(payload, headers=headers)
+            return JSONResponse(payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
             self.done(err.status)

@@ -28,12 +28,11 @@ def fit_and_certify(labels, metadata, kind: str, mode: str, target: float, delta
     """A router of `kind` in `mode` trained on `labels` (train-router's split), certified; (result, router)."""
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
-    from routedvlm.training.probe.lora_probe import train_probe
 
     cfg = TrainConfig(router=kind, mode=mode, with_small_direct=kind == "lora-probe" and mode == "cascade",
-                      target_accuracy=target, delta=delta, no_mlflow=True, allow_constant_features=True,
+                      target_accuracy=target, delta=delta, no_mlflow=True,
                       output_dir=str(out / f"{kind}-{mode}"))
-    result = (train_probe if kind == "lora-probe" else train_router)(cfg, labels, metadata)
+    result = train_router(cfg, labels, metadata)
     return result, result.router
 
 

@@ -28,7 +28,7 @@ def train(kind: str, labels, meta, args):
     from routedvlm.training.pipeline import train_router
 
     cfg = TrainConfig(router=kind, mode="cascade", target_accuracy=args.target, delta=args.delta, no_mlflow=True,
-                      allow_constant_features=True, output_dir=str(args.out / kind),
+                      output_dir=str(args.out / kind),
                       hidden_layers=args.layers, hidden_position=args.position)
     t0 = time.perf_counter()
     result = train_router(cfg, labels, meta)

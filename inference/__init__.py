@@ -14,7 +14,7 @@ _LAZY = {
     "PipelineConfig": "pipeline_parts",
     "Result": "pipeline_parts",
     "Handoff": "pipeline_parts",
-    "MutualVerification": "policies",
+    "MutualVerification": "mutual_verification",
     "SELECTORS": "selectors",
     "Generation": "generation",
     "build_tiny_vlm": "tiny",

@@ -35,7 +35,8 @@ class RoutedOutput:
     (router type, mode, features, `features_ms`, `decision_ms`, `fallback`, `error`); fallback: whether the
     fallback router decided; result: the pipeline's `Result` of the chosen strategy; finish_reason: "length"
     when `max_tokens` (or the pipeline's limit) cut the answer, else "stop"; usage: the OpenAI usage of the final
-    answer call (see final_answer.py).
+    answer call (see final_answer.py); request_id / audited: the id for gold feedback and whether a shadow audit of
+    the request was queued (see audit/).
     """
 
     text: str
@@ -47,6 +48,8 @@ class RoutedOutput:
     result: Result | None = field(default=None, repr=False)
     finish_reason: str = "stop"
     usage: dict = field(default_factory=dict)
+    request_id: str = ""  # set by RoutedVLM; the id gold feedback names
+    audited: bool = False  # whether a shadow audit of this request was queued
 
     @property
     def decision(self) -> dict:
@@ -97,9 +100,8 @@ class PolicyRunner:
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
-        hook = getattr(router, "runtime_inputs", None)  # a router that reads the sample itself (the LoRA probe)
-        hook = hook if hook and uses_model(router.policy.decision_rule) else None
-        decision = router.decide({**feats, **hook(req, ran, self.pipeline)} if hook else feats)
+        extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
+        decision = router.decide({**feats, **extra})
         t2 = time.perf_counter()
         return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
@@ -126,7 +128,7 @@ class PolicyRunner:
             result = self._execute(req, decision.strategy, ran)
         text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
-        record.update(router.trace_info() if hasattr(router, "trace_info") else {})  # probe_shared_prefill, probe_ms
+        record.update(router.trace_info())  # e.g. the LoRA probe's probe_shared_prefill, probe_ms
         return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
                             _trace(ran, result, record), used_fallback, result, finish, usage)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import uuid
 from dataclasses import fields
 
 from routedvlm.errors import ConfigError, InputError
@@ -32,10 +33,8 @@ __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM"]
 def attach_router(router, pipeline):
     """Let `router` check the pipeline it will run on (`router.attach`) and switch on what it reads at run time:
     the large model's hidden-state capture for a router with `hidden_layers` (the self-probe)."""
-    attach = getattr(router, "attach", None)
-    if attach is not None:
-        attach(pipeline)
-    layers = getattr(router, "hidden_layers", None)
+    router.attach(pipeline)
+    layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)
     return router
@@ -66,11 +65,15 @@ class RoutedVLM:
     (`VLM.from_openai`) there is no lock and requests run concurrently).
     `prompt_template`: None (default) applies the router's (the one its labels were made with; none for rules
     and fixed strategies), or 'none', 'lmms-eval', a format string with {question}, or a PromptTemplate.
-    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`.
+    `audit_rate` p > 0: a uniformly random fraction p of requests also runs the certificate's reference strategy in
+    the background, and `audit_status()` says whether the certified promise holds on this traffic (`audit`: an
+    `AuditConfig` or a dict of its fields: log, store_inputs, alpha, delta, window, ...; see docs/audit.md).
+    Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`,
+    `auditor` (None when not auditing).
     """
 
     def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
-                 prompt_template=None):
+                 prompt_template=None, audit_rate: float = 0.0, audit=None):
         from routedvlm.router import load_router
 
         from .prompts import PromptTemplate
@@ -93,11 +96,13 @@ class RoutedVLM:
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
         stateful = any(side.stateful for side in (pipeline.small, pipeline.large))
         self.lock = threading.RLock() if stateful else contextlib.nullcontext()  # e.g. HTTP sides keep no model state
+        self.auditor = _auditor(self, audit_rate, audit)
 
     @classmethod
     def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
-                        config: PipelineConfig | None = None, prompt_template=None, **kwargs) -> "RoutedVLM":
+                        config: PipelineConfig | None = None, prompt_template=None, audit_rate: float = 0.0, audit=None,
+                        **kwargs) -> "RoutedVLM":
         """Load both sides and the router.
 
         small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`), `VLM` objects, or
@@ -119,24 +124,29 @@ class RoutedVLM:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
         sides = [load_side(s, **kwargs) for s in (small, large)]
         pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
-        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template)
+        return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template,
+                   audit_rate=audit_rate, audit=audit)
 
     @property
     def active_router(self):
         """The router that decides requests: the loaded one, or the fallback when it failed to load."""
         return self.router if self.router is not None else self.fallback
 
-    def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None):
+    def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None,
+                 defer_audit: bool = False):
         """Answer one request, or a list of requests (lists of images + questions, or a list of message lists).
 
         messages: chat messages whose last user turn holds the question and at most one image part, as
         transformers writes them (`{"type": "image", "image": PIL | path}`, `{"type": "image", "url": ...}`) or
         as OpenAI does (`{"type": "image_url", "image_url": {"url": "data:..." | path}}`).
-        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts)."""
+        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts).
+        defer_audit: a sampled shadow audit waits until `out.release_audit()` (the server calls it once the
+        response is sent; it runs anyway after a minute)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
             return [self.run_request(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
-        return self.run_request(self._request(image, question, messages), max_tokens=max_tokens)
+        return self.run_request(self._request(image, question, messages), max_tokens=max_tokens,
+                                defer_audit=defer_audit)
 
     __call__ = generate
 
@@ -151,24 +161,57 @@ class RoutedVLM:
     def _request(self, image=None, question=None, messages=None):
         """A validated Request whose question went through the router's prompt template."""
         req = make_request(image, question, messages)
+        req.user_question = req.question  # what an audit log stores (relabelling applies the template again)
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def run_request(self, req, **kwargs) -> RoutedOutput:
+    def run_request(self, req, *, defer_audit: bool = False, **kwargs) -> RoutedOutput:
         """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
-        (`max_tokens`, `on_decision`, `sink`)."""
+        (`max_tokens`, `on_decision`, `sink`). A sampled shadow audit is queued after the lock is released
+        (`defer_audit`: see `generate`)."""
         with self.lock:
-            return self.runner.run(req, **kwargs)
+            out = self.runner.run(req, **kwargs)
+        out.request_id = f"req-{uuid.uuid4().hex}"
+        if self.auditor is not None:  # after the lock is released: the audit waits for it, the answer does not
+            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit)
+        return out
+
+    def audit_feedback(self, request_id: str, *, answer=None, routed_correct=None, reference_correct=None) -> str:
+        """Gold for an audited request (`out.request_id` of an output with `out.audited`): the correct `answer`, or
+        whether the routed and the reference answers were correct. Turns the bound on disagreement into a bound on
+        the regret; returns the audit status ('holding', 'unproven' or 'violated')."""
+        if self.auditor is None:
+            raise ConfigError("This RoutedVLM does not audit (audit_rate=0); there is nothing to give feedback to.")
+        return self.auditor.feedback(request_id, answer=answer, routed_correct=routed_correct,
+                                     reference_correct=reference_correct)
+
+    def audit_status(self) -> dict | None:
+        """The live statement (status, bounds, counts), or None when not auditing. See docs/audit.md."""
+        return None if self.auditor is None else self.auditor.monitor.snapshot()
 
     def health(self) -> dict:
         """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts."""
         router = self.active_router
-        return {"router_type": router.policy.router_type, "mode": router.policy.mode,
-                "router_fallback": self.router is None, **self.runner.health.snapshot()}
+        state = {"router_type": router.policy.router_type, "mode": router.policy.mode,
+                 "router_fallback": self.router is None, **self.runner.health.snapshot()}
+        return state if self.auditor is None else {**state, "audit": self.audit_status()}
 
     def __repr__(self) -> str:
         return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
                 f"router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})")
+
+
+def _auditor(routed, rate, audit):
+    """The ShadowAuditor for `audit_rate` / `audit` (an AuditConfig, or a dict of its fields), or None."""
+    if not rate and audit is None:
+        return None
+    from .audit.hook import AuditConfig, make_auditor
+
+    cfg = audit if isinstance(audit, AuditConfig) else AuditConfig(**(audit or {}))
+    if rate:
+        cfg.rate = rate
+        cfg.__post_init__()
+    return make_auditor(routed, cfg)
 
 
 def _check_max_tokens(max_tokens) -> None:

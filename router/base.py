@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from routedvlm.errors import RouterError
-from .decision import Decision, cost_order, keep_tokens_of
-from .decision_rules import apply_rule, apply_rule_one, describe, tau_rule, uses_model
+from .decision_rules import (Decision, apply_rule, apply_rule_one, cost_order, describe, keep_tokens_of, tau_rule,
+                             uses_model)
 from .policy import Policy
 from .strategies import feature_stages
 
@@ -115,6 +115,27 @@ class Router(ABC):
     def decide_with_tau(self, df, tau: float) -> np.ndarray:
         """Chosen strategy ids for every row under the tau-rule at `tau` (for tau sweeps)."""
         return self.choices(df, tau_rule(tau))
+
+    # ---- run-time hooks: RoutedVLM and its policy runner call them on every router; the defaults do nothing ----
+    @property
+    def hidden_layers(self) -> list[int]:
+        """Decoder layers of the large model whose outputs RoutedVLM must capture during `large_direct` (the
+        self-probe reads them); default: none."""
+        return []
+
+    def attach(self, pipeline) -> None:
+        """Check, once at load time, that `pipeline`'s models can give this router its inputs (RouterError if not);
+        default: nothing to check."""
+
+    def runtime_inputs(self, request, stages: dict, pipeline) -> dict:
+        """Extra `decide()` inputs beside the features, read from the request and the stages that ran (e.g. the
+        sample's image for the LoRA probe, a hidden-state vector for the self-probe); called only when the rule reads
+        P(correct). Default: none."""
+        return {}
+
+    def trace_info(self) -> dict:
+        """Keys added to the decision's trace record after `decide()` (e.g. the probe's own cost); default: none."""
+        return {}
 
     # ---- persistence ----
     def save(self, directory) -> Path:

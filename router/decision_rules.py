@@ -8,16 +8,19 @@ feature) into one strategy per request. A rule is a small JSON object stored in 
 - `{"name": "mutual-verification", "keep_tokens": K, "accept": "large_direct", "escalate": "transfer_K"}`: accept when
   the two direct answers agree (`feat__large_direct+small_direct__agree` >= 0.5), else escalate; no model;
 - `{"name": "fixed", "strategy": s}`: always s; no model.
-`apply_rule` is the batch form and `apply_rule_one` the one-row form; they agree on every row (tested).
+`apply_rule` is the batch form and `apply_rule_one` the one-row form; they agree on every row (tested). Rules scan the
+candidates in `cost_order` (expected cost, ties by the canonical `strategy_order`); a router's answer is a `Decision`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from routedvlm.errors import RouterError, one_of
-from .strategies import LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, is_strategy, transfer_id
+from .strategies import (LARGE_DIRECT, LARGE_REASON, SMALL_DIRECT, is_strategy, parse_strategy, strategy_order,
+                         transfer_id)
 
 AGREE_FEATURE = "feat__large_direct+small_direct__agree"
 RULE_NAMES = ("binary", "fixed", "lagrangian", "mutual-verification", "tau")
@@ -25,6 +28,36 @@ MODEL_RULES = ("binary", "lagrangian", "tau")
 MAX_LAMBDA = 1e3  # accuracy per ms: beyond it every cost difference outweighs every probability (train-router: <= 10 / c_max)
 EXTRA_KEYS = {"tau": (), "lagrangian": (), "binary": ("accept", "escalate"),
               "mutual-verification": ("keep_tokens", "accept", "escalate"), "fixed": ("strategy",)}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A routing decision. `keep_tokens` is K for `transfer_<K>`, None otherwise (also for `transfer_all`,
+    which keeps every reasoning token). `p_correct` has one entry per candidate strategy."""
+
+    strategy: str
+    keep_tokens: int | None
+    p_correct: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def keep_tokens_of(strategy_id: str) -> int | None:
+    """K for `transfer_<K>`; None for every other strategy, including `transfer_all`."""
+    return parse_strategy(strategy_id).keep_tokens
+
+
+def cost_order(strategies, costs: dict[str, float]) -> list[str]:
+    """Strategies sorted by cost, then canonical order. Raises RouterError when a cost is missing."""
+    missing = [s for s in strategies if s not in costs]
+    if missing:
+        raise RouterError(
+            f"The `costs` of the decision rule must have an entry for every strategy. Missing {sorted(missing)}; "
+            f"given costs for {sorted(costs)}. Add the expected latency (ms) of each candidate."
+        )
+    return sorted(strategies, key=lambda s: (float(costs[s]), strategy_order(s)))
 
 
 def tau_rule(tau: float) -> dict:
@@ -46,6 +79,16 @@ def mutual_verification_rule(keep_tokens: int | None) -> dict:
 
 def fixed_rule(strategy: str) -> dict:
     return {"name": "fixed", "param": None, "strategy": strategy}
+
+
+def agreement(values) -> np.ndarray:
+    """Mutual verification's test on agreement-feature values: >= 0.5 agrees; NaN (a missing answer) does not."""
+    return np.nan_to_num(np.asarray(values, dtype=float), nan=0.0) >= 0.5
+
+
+def agrees(value) -> bool:
+    """`agreement` for one value (None counts as a missing answer)."""
+    return value is not None and bool(agreement([float(value)])[0])
 
 
 def uses_model(rule: dict) -> bool:
@@ -137,8 +180,7 @@ def apply_rule_arrays(rule: dict, n: int, matrix, accept, agree, order: list[str
     if name == "fixed":
         return np.full(n, rule["strategy"], dtype=object)
     if name == "mutual-verification":
-        ok = np.nan_to_num(np.asarray(agree, dtype=float), nan=0.0) >= 0.5
-        return np.where(ok, rule["accept"], rule["escalate"]).astype(object)
+        return np.where(agreement(agree), rule["accept"], rule["escalate"]).astype(object)
     if name == "binary":
         return np.where(np.asarray(accept) >= rule["param"], rule["accept"], rule["escalate"]).astype(object)
     if n == 0 or not order:  # NaN compares False above
@@ -158,9 +200,7 @@ def apply_rule_one(rule: dict, p: dict, features: dict, order: list[str], costs:
     if name == "fixed":
         return rule["strategy"], "fixed"
     if name == "mutual-verification":
-        v = features.get(AGREE_FEATURE)
-        agree = v is not None and float(v) >= 0.5  # NaN >= 0.5 is False
-        return (rule["accept"], "agree") if agree else (rule["escalate"], "disagree")
+        return (rule["accept"], "agree") if agrees(features.get(AGREE_FEATURE)) else (rule["escalate"], "disagree")
     if name == "binary":
         return (rule["accept"], "p>=theta") if p[rule["accept"]] >= rule["param"] else (rule["escalate"], "escalate")
     if name == "tau":
@@ -182,3 +222,9 @@ def check_rule(rule: dict, strategies) -> dict:
     if problems:
         raise RouterError("Invalid decision rule:\n  - " + "\n  - ".join(problems))
     return rule
+
+
+def choose(p, costs: dict[str, float], tau: float, fallback: str) -> np.ndarray:
+    """Per row of `p` (DataFrame: columns = strategies, values = P(correct)), the cheapest strategy whose
+    P(correct) >= tau, else `fallback` (NaN never qualifies): the tau-rule as a function. Returns an object array."""
+    return apply_rule(tau_rule(tau), p, None, cost_order(list(p.columns), costs), costs, fallback)

@@ -41,14 +41,14 @@ def load_router(path_or_uri, *, tracking_uri: str | None = None) -> Router:
         return load_folder(text)
     rule, _, k = text.partition(":")
     if rule in RULE_NAMES:
-        from .rules import make_rule_router
+        from .baselines import make_rule_router
 
         kw = {}
         if k:
             kw["keep_tokens"] = None if k == "all" else _positive_int(k, text)
         return make_rule_router(rule, **kw)
     if is_strategy(text):
-        from .rules import FixedRouter
+        from .baselines import FixedRouter
 
         return FixedRouter(text)
     raise RouterLoadError(

@@ -5,6 +5,7 @@ stages must have run for the feature to exist.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -112,3 +113,17 @@ def feature_stages(feature_name: str) -> tuple[str, ...]:
             f"Feature {feature_name!r} names unknown stage(s) {bad}; stages are {one_of(FEATURE_STAGES)}."
         )
     return stages
+
+
+def strategy_order(strategy_id: str) -> tuple:
+    """Sort key of the canonical order: small_direct, large_direct, small_reason, large_reason,
+    transfer_<K> by increasing K, transfer_all."""
+    s = parse_strategy(strategy_id)
+    if s.kind in BASE_STRATEGIES:
+        return (BASE_STRATEGIES.index(s.kind), 0)
+    return (len(BASE_STRATEGIES), s.keep_tokens if s.keep_tokens is not None else math.inf)
+
+
+def keep_tokens_of(strategy_id: str) -> int | None:
+    """K for `transfer_<K>`; None for every other strategy, including `transfer_all`."""
+    return parse_strategy(strategy_id).keep_tokens

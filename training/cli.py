@@ -15,6 +15,7 @@ COMMANDS = {
     "labels": ("routedvlm.data.labels.cli", "check a labels file (labels validate) or import outcomes (labels import-outcomes)"),
     "train": ("routedvlm.training.train_cli", "train a router from labels (same as train-router)"),
     "serve": ("routedvlm.inference.serving.cli", "serve RoutedVLM as an OpenAI-compatible chat-completions endpoint"),
+    "audit": ("routedvlm.data.audit.cli", "shadow audits: audit report LOG (history, plot), audit export LOG"),
     "profile": ("routedvlm.inference.profiling.cli", "measure where each model's latency goes and fit a latency model"),
 }
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.router_types import TRAINABLE
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
-ROUTER_KINDS = ("lightgbm", "lora-probe", "self-probe")
+ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
 HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
 DEFAULT_DELTA = 0.1
@@ -62,6 +63,9 @@ class TrainConfig:
     experiment: str = _f("train-router", "MLflow experiment name")
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")
     calib_fraction: float = _f(0.2, "share of rows for the calibration split")
+    calibration_data: str | None = _f(None, "labels.parquet whose rows are the calibration split instead (fresh rows, "
+                                             "e.g. audited live traffic relabelled: routedvlm audit export + routedvlm "
+                                             "label); the labels' own calibration share is then left unused")
     test_fraction: float = _f(0.2, "share of rows for the test split")
     num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
     cv_folds: int = _f(5, "LightGBM: choose each strategy's boosting rounds (at most --num-boost-round) by this many "
@@ -69,7 +73,10 @@ class TrainConfig:
                           "always --num-boost-round")
     num_leaves: int = _f(15, "LightGBM leaves per tree")
     learning_rate: float = _f(0.05, "LightGBM learning rate")
-    allow_constant_features: bool = _f(False, "drop constant feature columns instead of failing")
+    strict_features: bool = _f(False, "refuse feature columns that are constant on the training rows (default: drop "
+                                      "them with a warning naming them)")
+    allow_constant_features: bool = _f(False, "kept so older commands still run: constant feature columns are dropped "
+                                              "by default (see --strict-features)")
     allow_missing_features: bool = _f(False, "let LightGBM treat NaN feature values as missing instead of failing "
                                              "(infinite values always fail)")
     max_features: int = _f(256, "sanity limit on the number of feature columns a router trains on (more fail: "

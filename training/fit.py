@@ -67,11 +67,13 @@ def paid_stages_for(features: list[str], mode: str) -> list[str]:
     return [LARGE_DIRECT, SMALL_DIRECT] if needs_small else [LARGE_DIRECT]
 
 
-def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = False,
-                   allow_missing: bool = False, max_features: int | None = None) -> list[str]:
+def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool = True,
+                   allow_missing: bool = False, max_features: int | None = None, *,
+                   train: pd.DataFrame | None = None) -> list[str]:
     """The usable features. TrainingError for more than `max_features` columns, for +-inf values (always: only NaN
     marks a missing value), for NaN (unless `allow_missing`: LightGBM then treats them as missing) and for
-    constant columns (unless `allow_constant`: they are dropped)."""
+    constant columns (dropped with a warning naming them; refused unless `allow_constant`). Constant means constant on
+    the `train` rows (default: all of `df`): calibration and test rows never change which features a router uses."""
     if max_features is not None and len(features) > max_features:
         raise TrainingError(f"{len(features)} feature columns selected (e.g. {features[:3]}); the sanity limit is "
                             f"{max_features} (--max-features). Choose the features with --features, or raise "
@@ -90,16 +92,18 @@ def check_features(df: pd.DataFrame, features: list[str], allow_constant: bool =
         raise TrainingError(f"Feature columns with NaN or non-numeric values (rows affected, of {len(df)}): "
                             f"{_short(bad)}. Fix the labeller's features, drop these columns with --features, or pass "
                             "--allow-missing-features.")
-    frame = pd.DataFrame(values, columns=features)
+    rows = df if train is None else train
+    frame = rows[features].apply(pd.to_numeric, errors="coerce")
     constant = [c for c in features if frame[c].nunique(dropna=True) <= 1]
     if constant and not allow_constant:
-        raise TrainingError(f"Constant feature columns {constant} carry no information. Drop them with "
-                            "--features, or pass --allow-constant-features to drop them automatically.")
+        raise TrainingError(f"Constant feature columns {constant} (on the {len(rows)} training rows) carry no "
+                            "information, and --strict-features refuses them. Drop them with --features, or leave "
+                            "out --strict-features to drop them with a warning.")
     kept = [c for c in features if c not in constant]
     if not kept:
         raise TrainingError(f"Every selected feature is constant ({constant}); nothing to learn from.")
     if constant:
-        log.warning("dropping constant feature columns %s", constant)
+        log.warning("dropping feature columns that are constant on the %d training rows: %s", len(rows), constant)
     return kept
 
 

@@ -1,229 +1,82 @@
-"""train-router as a library call: labels -> split -> fit -> certify the decision rule -> evaluate -> router folder
-(+ MLflow).
+"""train-router as a library call: `train_router(config)` trains the router type `config.router` names, through the
+one registry of router types (`routedvlm.router.router_types`); this module also holds the LightGBM trainer.
 
-`train_router(config)` is what the CLI runs; tests call it (or the CLI) on synthetic labels.
+Every trainer: labels -> split -> fit -> certify the decision rule -> evaluate -> router folder (MLflow is the CLI's);
+the shared steps are `steps.py`. `train_router(config)` is what the CLI, the demo and the benchmarks run.
 """
 from __future__ import annotations
 
-import json
+import importlib
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 
 import pandas as pd
 
 from routedvlm.errors import ConfigError, TrainingError, one_of
-from routedvlm.router.decision import strategy_order
-from routedvlm.router.strategies import LARGE_REASON
 
 from .config import TrainConfig
 from .labels_io import content_hash, load_labels
 from .split import split_labels
+from .steps import (TrainResult, base_policy, candidate_strategies, certify_and_evaluate, choose_fallback, finish,
+                    fit_router, jsonable, plan, policy_metrics, prompt_template_of, write_outputs)
 
 log = logging.getLogger(__name__)
+__all__ = ["TrainResult", "base_policy", "candidate_strategies", "choose_fallback", "fit_router", "jsonable",
+           "plan", "policy_metrics", "prompt_template_of", "train_lightgbm", "train_router", "trainer_for",
+           "write_outputs"]
 
 
-@dataclass
-class TrainResult:
-    router: object  # LightGBMRouter
-    evaluation: dict
-    output_dir: Path
-    metadata: dict = field(default_factory=dict)
-    labels_hash: str = ""
-    tracking: dict = field(default_factory=dict)  # run_id, model_uri, version, champion
-    test: pd.DataFrame | None = None  # the test split (the champion is re-evaluated on it)
-    table: str = ""  # report.format_table(evaluation)
+def trainer_for(router: str):
+    """The trainer registered for router type `router`: `train(config, labels, metadata) -> TrainResult`."""
+    from routedvlm.router.router_types import ROUTER_TYPES, TRAINABLE
 
-
-def candidate_strategies(df: pd.DataFrame, wanted: list[str] | None) -> list[str]:
-    """Candidates in canonical order: `wanted`, or every strategy the labels hold; at least two."""
-    from .costs import label_strategies
-
-    present = label_strategies(df)
-    if wanted:
-        missing = [s for s in wanted if s not in present]
-        if missing:
-            raise ConfigError(f"`--strategies` names {missing}, which the labels do not hold; "
-                              f"the labels have {one_of(present)}.")
-        chosen = list(dict.fromkeys(wanted))
-    else:
-        chosen = present
-    if len(chosen) < 2:
-        raise TrainingError(f"train-router needs at least two candidate strategies to route between; the labels "
-                            f"have {present}. Label more strategies (routedvlm label --strategies ...).")
-    return sorted(chosen, key=strategy_order)
-
-
-def choose_fallback(train: pd.DataFrame, candidates: list[str], wanted: str | None) -> str:
-    if wanted:
-        if wanted not in candidates:
-            raise ConfigError(f"`--fallback` {wanted!r} must be a candidate strategy ({one_of(candidates)}).")
-        return wanted
-    if LARGE_REASON in candidates:
-        return LARGE_REASON
-    return max(candidates, key=lambda s: float(train[f"correct__{s}"].mean()))
-
-
-def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
-    correct = df[[f"correct__{s}" for s in candidates]].to_numpy(dtype=bool)
-    if not correct.any():
-        raise TrainingError(f"No candidate strategy is correct on any of the {len(df)} rows; there is nothing to "
-                            "route to. Check the scorer and the reference answers (routedvlm labels validate).")
-
-
-def _default_output_dir() -> Path:
-    return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    entry = ROUTER_TYPES.get(router)
+    if entry is None or entry.trainer is None:
+        raise ConfigError(f"The `router` setting must be a trainable router type, one of {one_of(TRAINABLE)}. "
+                          f"Got {router!r} instead.")
+    module, _, name = entry.trainer.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metadata: dict | None = None) -> TrainResult:
-    """Run the whole train-router job; see the module docstring. Raises RoutedVLMError subclasses."""
-    from .calibration.certify import apply_to_policy, certify
-    from .evaluate import evaluate
-    from .report import format_table
-
+    """Train the router type `config.router` (lightgbm, lora-probe, self-probe) on `labels` (default: read
+    `config.data`); see the module docstring. Raises RoutedVLMError subclasses."""
+    train = trainer_for(config.router)
+    if config.calibration_data and config.router != "lightgbm":
+        raise ConfigError(f"`--calibration-data` (fresh calibration rows) works with the lightgbm router; the "
+                          f"{config.router} router reads images or hidden states the rows do not carry. Got "
+                          f"--router {config.router}.")
     if labels is None:
         labels, metadata = load_labels(config.data)
-    metadata = dict(metadata or {})
+    return train(config, labels, dict(metadata or {}))
+
+
+def train_lightgbm(config: TrainConfig, labels: pd.DataFrame, metadata: dict) -> TrainResult:
+    """The `lightgbm` router type's trainer: one LightGBM model per candidate strategy on the training rows."""
     labels_hash = metadata.get("content_hash") or content_hash(labels)
-    candidates, features, paid = _plan(config, labels, metadata)
-    hidden = None
-    if config.router == "self-probe":  # + the large model's hidden state of large_direct on every row
-        from .probe.self_probe import prepare_hidden
-
-        labels, hidden = prepare_hidden(config, labels, metadata)
+    candidates, features, paid = plan(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
+    if config.calibration_data:
+        split = with_calibration_rows(split, config.calibration_data, candidates, features)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
-    template = prompt_template_of(metadata)
-    if hidden is None:
-        router = fit_router(config, split, candidates, features, paid, labels_hash, prompt_template=template)
-    else:
-        from .probe.self_probe import choose_layer, fit_self_probe
-
-        split, hidden = choose_layer(split, hidden, config.seed)  # on the training rows only
-        router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden, prompt_template=template)
-    log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
-             len(split.calibration))
-    cal = certify(router, split.calibration, split.train, config.target, config.delta)
-    apply_to_policy(router.policy, cal)
-    log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
-    evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train)
-    evaluation["split"] = split.sizes()
-    if hidden is not None:
-        from .probe.self_probe import compare_with_lightgbm
-
-        evaluation = compare_with_lightgbm(evaluation, router, config, split, candidates, features, paid, labels_hash)
-    router.policy.metrics = policy_metrics(evaluation)
-    out = Path(config.output_dir) if config.output_dir else _default_output_dir()
-    write_outputs(router, evaluation, out)
-    return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))
+    router = fit_router(config, split, candidates, features, paid, labels_hash,
+                        prompt_template=prompt_template_of(metadata))
+    evaluation = certify_and_evaluate(config, router, split)
+    return finish(config, router, evaluation, split, metadata, labels_hash)
 
 
-def _plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None) -> tuple[list[str], list[str], list[str]]:
-    """(candidates, features, paid stages), after every input check that needs no training. Candidates:
-    --strategies, else the labels' metadata `candidates`, else every strategy in the labels."""
-    from . import fit as fitmod
-    from .split import check_enough_rows
+def with_calibration_rows(split, path, candidates, features):
+    """`split` with the rows of the labels at `path` as its calibration split (TrainingError when they lack a
+    column the certificate or the router reads)."""
+    from .split import MIN_ROWS, Split
 
-    check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
-    candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
-    _check_learnable(labels, candidates)
-    features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
-    features = fitmod.check_features(labels, features, config.allow_constant_features, config.allow_missing_features,
-                                     config.max_features)
-    return candidates, features, fitmod.paid_stages_for(features, config.mode)
-
-
-def prompt_template_of(metadata: dict) -> dict | None:
-    """The prompt template the labels were made with (the router applies the same at run time). Labels that
-    routedvlm wrote before it recorded templates used lmms-eval's post prompts with their adapter's instruction
-    (none for the toy world); labels of other writers get None (questions as given), with a warning."""
-    from routedvlm.data.adapters import ADAPTERS
-
-    metadata = metadata or {}
-    if metadata.get("prompt_template") is not None:
-        return metadata["prompt_template"]
-    adapter = ADAPTERS.get(str((metadata.get("sample_source") or {}).get("adapter")))
-    if adapter is not None:
-        template = adapter.template("lmms-eval")
-        if not any(template.instructions.values()):
-            template = adapter.template("none")
-        log.info("the labels record no prompt_template; routedvlm labelled %s data with %r then", adapter.name,
-                 template.name)
-        return template.to_dict()
-    log.warning("the labels' metadata records no prompt_template: the router will send questions to the models "
-                "as given; if the labels' questions had a post prompt added, give RoutedVLM the same text")
-    return None
-
-
-def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str, *,
-               prompt_template: dict | None = None):
-    """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
-    from routedvlm.router.lightgbm_router import LightGBMRouter
-
-    from .fit import fit_models, lgb_params
-
-    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
-                                     params=params, cv_folds=config.cv_folds)
-    rounds = {s: int(b.current_iteration()) for s, b in boosters.items()}
-    policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
-                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round,
-                                                               "cv_folds": config.cv_folds, "rounds": rounds}},
-                         prompt_template=prompt_template)
-    return LightGBMRouter(policy, boosters)
-
-
-def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
-                params: dict, *, prompt_template: dict | None = None):
-    """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
-    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
-    from routedvlm.router.policy import Policy
-
-    from .costs import expected_costs
-
-    return Policy(
-        router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
-        expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
-        fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
-        training_data_hash=labels_hash, prompt_template=prompt_template,
-        params={**params, "split": {**split.sizes(), "seed": config.seed}},
-    )
-
-
-def policy_metrics(ev: dict) -> dict:
-    """The numbers policy.json and MLflow record: test results of the chosen rule, calibration and certificate."""
-    learned, cal, cert = ev["rows"][-1], ev["calibration"], ev["certificate"]
-    out = {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
-           "test_p90_latency_ms": learned["p90_latency_ms"],
-           "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"], "test_utility": ev["utility"],
-           "test_target_met": ev["target_met_test"], "test_required_accuracy": ev["required_test"],
-           "test_standard_error": ev["standard_error_test"],
-           "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
-           "calibration_rows": cal["n"], "certificate_delta": cert["delta"],
-           "certificate_delta_after_selection": cert.get("delta_after_selection"), "certificate_bound": cert["bound"],
-           "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
-           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
-    out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
-    return out
-
-
-def write_outputs(router, evaluation: dict, out: Path) -> None:
-    """The router folder, evaluation.json and curve.png under `out` (LightGBM and probe alike)."""
-    from .plot import plot_curve
-
-    out.mkdir(parents=True, exist_ok=True)
-    router.save(out / "router")
-    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=jsonable) + "\n")
-    plot_curve(evaluation, out / "curve.png")
-    if evaluation.get("probabilities"):
-        from .probability import plot_reliability
-
-        plot_reliability(evaluation["probabilities"], out / "reliability.png")
-
-
-def jsonable(o):
-    """json.dumps default for numpy scalars and arrays."""
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+    fresh, _ = load_labels(path)
+    need = [f"correct__{s}" for s in candidates] + [f"latency_ms__{s}" for s in candidates] + list(features)
+    missing = [c for c in need if c not in fresh.columns]
+    if missing:
+        raise TrainingError(f"The calibration labels {path!r} lack columns {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
+                            "label them with the same models, K grid and selector as the training labels.")
+    if len(fresh) < MIN_ROWS["calibration"]:
+        raise TrainingError(f"The calibration labels {path!r} have {len(fresh)} rows; at least "
+                            f"{MIN_ROWS['calibration']} are needed.")
+    log.info("calibrating on %d fresh rows from %s", len(fresh), path)
+    return Split(split.train, fresh.reset_index(drop=True), split.test)

@@ -121,11 +121,11 @@ def spend_ledger(client, name: str, result) -> dict:
 
 def promote(config, result, version: str, alias: str, ledger: dict | None = None) -> dict:
     """Set `alias` on `version` when there is no champion, with --promote, or when its test utility beats the
-    current champion's (tracking.champion_utility); never for a router whose calibration could not certify its
+    current champion's (champion.champion_utility); never for a router whose calibration could not certify its
     target, that missed its target on the test rows, or that the delta ledger refused. The registration summary."""
     from mlflow import MlflowClient
 
-    from .tracking import champion_utility
+    from .champion import champion_utility
 
     client = MlflowClient()
     name, mine = config.register_as, result.evaluation["utility"]

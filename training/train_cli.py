@@ -79,16 +79,7 @@ def main(argv: list[str] | None = None, prog: str = "train-router") -> int:
     labels, metadata = load_labels(config.data)
     where = "the embedded toy labels " if metadata.get("embedded") else ""
     _progress(f"read {len(labels)} labelled samples from {where}{metadata['source_path']}")
-    if metadata.get("embedded") and not config.allow_constant_features:
-        # every toy image has one size and every toy question one form: those feature columns are constant
-        config.allow_constant_features = True
-        _progress("embedded toy labels: feature columns that are constant on the toy task are dropped")
-    if config.router == "lora-probe":
-        from .probe.lora_probe import train_probe
-
-        result = train_probe(config, labels, metadata)
-    else:
-        result = train_router(config, labels, metadata)
+    result = train_router(config, labels, metadata)  # the trainer of config.router, from the registry
     ev = result.evaluation
     _progress(f"trained {len(result.router.policy.strategies)} strategy models on {ev['split']['train']} rows; "
               f"rule {ev['certificate']['chosen']} (calibration: accuracy {ev['calibration']['accuracy']:.3f}, "

@@ -33,8 +33,7 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import LabelsError
-from routedvlm.router.decision import strategy_order
-from routedvlm.router.strategies import is_strategy, parse_strategy
+from routedvlm.router.strategies import is_strategy, parse_strategy, strategy_order
 
 log = logging.getLogger(__name__)
 

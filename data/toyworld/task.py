@@ -93,12 +93,12 @@ def _config_bucket(bars) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big") % 100
 
 
-def _draw_bars(rng: np.random.Generator, n: int) -> tuple[Bar, ...]:
+def _draw_bars(rng: np.random.Generator, n: int, min_value: int = 1) -> tuple[Bar, ...]:
     slots = np.sort(rng.choice(N_SLOTS, size=n, replace=False))
     n_red = int(rng.integers(1, n))  # at least one red and one blue bar
     colours = ["red"] * n_red + ["blue"] * (n - n_red)
     rng.shuffle(colours)
-    values = rng.integers(1, 10, size=n)
+    values = rng.integers(min_value, 10, size=n)
     return tuple(Bar(int(s), c, int(v)) for s, c, v in zip(slots, colours, values))
 
 
@@ -108,8 +108,10 @@ def check_split(split: str) -> str:
     return split
 
 
-def make_samples(split: str, n: int, seed: int = 0) -> list[ToySample]:
-    """`n` samples of `split`, deterministic in (split, seed); N is uniform over 2-6 bars.
+def make_samples(split: str, n: int, seed: int = 0, *, min_bars: int = MIN_BARS, min_value: int = 1) -> list[ToySample]:
+    """`n` samples of `split`, deterministic in (split, seed); N is uniform over `min_bars`-6 bars, bar values over
+    `min_value`-9 (the defaults are the toy world's distribution; larger ones give a shifted stream of harder
+    charts: more bars and larger sums, which the question does not reveal).
 
     Configurations are drawn until one falls in the split's hash buckets, so no bar configuration
     appears in two splits, whatever the seeds.
@@ -117,12 +119,14 @@ def make_samples(split: str, n: int, seed: int = 0) -> list[ToySample]:
     check_split(split)
     if n < 0:
         raise ConfigError(f"`n` must be >= 0; got {n}.")
+    if not MIN_BARS <= min_bars <= MAX_BARS or not 1 <= min_value <= 9:
+        raise ConfigError(f"`min_bars` must be in {MIN_BARS}-{MAX_BARS} and `min_value` in 1-9; got {min_bars}, {min_value}.")
     rng = np.random.default_rng([seed, _SPLIT_SALT[split]])
     buckets = _SPLIT_BUCKETS[split]
     samples = []
     while len(samples) < n:
-        n_bars = int(rng.integers(MIN_BARS, MAX_BARS + 1))
-        bars = _draw_bars(rng, n_bars)
+        n_bars = int(rng.integers(min_bars, MAX_BARS + 1))
+        bars = _draw_bars(rng, n_bars, min_value)
         if _config_bucket(bars) not in buckets:
             continue
         reasoning, answer = trace(bars)

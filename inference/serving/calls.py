@@ -14,11 +14,11 @@ from .prompt_check import check_routed_prompt, neutralise
 
 
 def run_routed(routed, req, limits, pattern, deadlines):
-    """RoutedOutput of a non-streamed routed request."""
+    """RoutedOutput of a non-streamed routed request (its sampled audit deferred: server.release_after starts it)."""
     neutralise(req.messages, pattern)
     with deadlines.within(), routed.lock:
         check_routed_prompt(routed, req.messages, limits.max_prompt_tokens, req.model)
-        return routed.generate(messages=req.messages, max_tokens=req.max_tokens)
+        return routed.generate(messages=req.messages, max_tokens=req.max_tokens, defer_audit=True)
 
 
 def run_plain(routed, req, min_new_tokens, pattern, deadlines):

@@ -79,6 +79,17 @@ class ServeConfig:
     min_new_tokens: int = field(default=0, metadata={"help": "min new tokens of an answer (tiny random test models)"})
     min_reason_tokens: int = field(default=0, metadata={"help": "min new tokens of a reasoning run"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+    audit_rate: float = field(default=0.0, metadata={"help": "fraction of requests shadow-audited against the "
+                                                            "certificate's reference strategy (0 = off; docs/audit.md)"})
+    audit_log: str | None = field(default=None, metadata={"help": "audit log path (parts folder <path>.parts, like "
+                                                                   "labels); default: audits are kept in memory only"})
+    audit_store_inputs: bool = field(default=False, metadata={"help": "store audited requests' questions and images in "
+                                                                      "the audit log (privacy: see docs/audit.md)"})
+    audit_alpha: float | None = field(default=None, metadata={"help": "limit on the regret rate (default: the "
+                                                                       "certificate's risk limit)"})
+    audit_delta: float = field(default=0.05, metadata={"help": "level of the live bounds"})
+    audit_window: int = field(default=1000, metadata={"help": "audits per epoch (0: one epoch for ever)"})
+    audit_queue_size: int = field(default=64, metadata={"help": "audits waiting at most; more are skipped and counted"})
 
     def __post_init__(self):
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
@@ -92,6 +103,8 @@ class ServeConfig:
                                   f"{' <= 65535' if name == 'port' else ''}. Got {v!r} instead.")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {self.threads!r} instead.")
+        if isinstance(self.audit_rate, bool) or not isinstance(self.audit_rate, (int, float)) or not 0 <= self.audit_rate <= 1:
+            raise ConfigError(f"The `--audit-rate` flag must be a number in [0, 1]. Got {self.audit_rate!r} instead.")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"The `--log-level` flag must be 'debug', 'error', 'info' or 'warning'. Got {self.log_level!r}.")
 
@@ -107,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(ServeConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = int if f.type in ("int", int, "int | None") else str
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", help=f.metadata["help"].replace("%", "%%"))
+            continue
+        kind = int if f.type in ("int", int, "int | None") else float if f.type in ("float", "float | None", float) else str
         required = f.name in ("small", "large")
         default = None if required else f.default
         shown = f" (default: {default})" if default is not None else ""
@@ -135,6 +151,7 @@ def _loader(cfg: ServeConfig):
             cfg.small, cfg.large, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
             max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
             min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
+            audit_rate=cfg.audit_rate, audit=_audit_config(cfg),
         )
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "
@@ -162,6 +179,22 @@ def uvicorn_config(app, cfg: ServeConfig):
                           http=guarded_protocol(cfg.header_timeout, cfg.max_connections),
                           timeout_keep_alive=cfg.keep_alive_timeout,
                           timeout_graceful_shutdown=cfg.shutdown_timeout + STOP_GRACE_S)
+
+
+def _audit_config(cfg: ServeConfig):
+    """The AuditConfig of `--audit-*` (None when not auditing); the log is the data package's AuditLog, which
+    reuses the labeller's parts and lock code (this CLI is a composition root, see tests/test_layout.py)."""
+    if not cfg.audit_rate:
+        return None
+    from ..audit.hook import AuditConfig
+
+    log = None
+    if cfg.audit_log:
+        from routedvlm.data.audit import AuditLog
+
+        log = AuditLog(cfg.audit_log, store_inputs=cfg.audit_store_inputs)
+    return AuditConfig(rate=cfg.audit_rate, log=log, store_inputs=cfg.audit_store_inputs, alpha=cfg.audit_alpha,
+                       delta=cfg.audit_delta, window=cfg.audit_window, queue_size=cfg.audit_queue_size)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,13 +36,16 @@ def route_headers(strategy: str, keep_tokens) -> dict:
 
 def route_info(out) -> dict:
     return {"strategy": out.strategy, "keep_tokens": out.keep_tokens, "p_correct": out.p_correct,
-            "fallback": out.fallback, "trace": out.trace}
+            "fallback": out.fallback, "trace": out.trace, "request_id": out.request_id, "audited": out.audited}
 
 
 def routed_completion(out, model: str) -> tuple[dict, dict]:
-    """(body, headers) of a routed request's RoutedOutput."""
+    """(body, headers) of a routed request's RoutedOutput; `x-routedvlm-request-id` names it for gold feedback and
+    `x-routedvlm-audited: 1` says a shadow audit of it was queued."""
     body = completion(model, out.text, finish=out.finish_reason, usage=out.usage, extra={"routedvlm": route_info(out)})
-    return body, route_headers(out.strategy, out.keep_tokens)
+    headers = {**route_headers(out.strategy, out.keep_tokens), "x-routedvlm-request-id": out.request_id,
+               "x-routedvlm-audited": "1" if out.audited else "0"}
+    return body, headers
 
 
 class Chunks:

@@ -18,6 +18,8 @@ import threading
 import time
 
 from .. import deadline
+from ..audit.metrics import register as register_audit_metrics
+from .audit_routes import FEEDBACK, feedback, release_after
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import run_plain, run_routed, stream_runner
@@ -88,6 +90,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     deadlines = deadline.Deadlines(request_timeout)
     models = (served_model, *SIDES)
     metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
+    register_audit_metrics(metrics.registry, lambda: serving.routed.audit_status() if serving.routed is not None else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -139,6 +142,10 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
                                            for m in models]}
 
+    @app.post(FEEDBACK)
+    async def audit_feedback(request: Request):
+        return await feedback(serving.require(), await read_body(request, limits.max_body_bytes))
+
     parsing, queued = asyncio.Semaphore(PARSE_SLOTS), [0]
 
     @app.post(CHAT)
@@ -171,7 +178,7 @@ class ChatHandler:
         from starlette.concurrency import run_in_threadpool
 
         self.metrics.in_flight.inc()
-        streaming = False
+        streaming, background = False, None
         try:
             routed = self.require()
             req = await self.parse(await read_body(request, self.limits.max_body_bytes))  # no frame here holds the body
@@ -184,6 +191,7 @@ class ChatHandler:
                     return response
                 out = await run_in_threadpool(run_routed, routed, req, self.limits, self.serving.pattern, self.deadlines)
                 payload, headers = routed_completion(out, req.model)
+                background = release_after(out)  # a sampled audit starts once the response is sent
                 self.strategy = out.strategy
                 self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None)
             else:
@@ -194,7 +202,7 @@ class ChatHandler:
             self.done(200)
             if req.stream and req.model != self.served:
                 return _one_delta_stream(payload, req.include_usage)
-            return JSONResponse(payload, headers=headers)
+            return JSONResponse(payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
             self.done(err.status)

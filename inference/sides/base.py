@@ -35,6 +35,20 @@ class ModelSide(abc.ABC):
     def device(self):
         """Where calls run: two sides on different devices run their stage-one calls concurrently."""
 
+    @property
+    def placement(self):
+        """(device, dtype) of this side's local weights, where a module reading its states (the LoRA probe) runs;
+        None for a side without local weights (a served model)."""
+        return None
+
+    def rope_state(self):
+        """A copy of the rotary-position offsets of the last prefill, for a reader continuing this side's KV cache;
+        None when the side has none to give."""
+        return None
+
+    def set_rope_state(self, rope) -> None:
+        """Restore offsets saved by `rope_state` before continuing that prefill's cache (default: nothing to do)."""
+
     @abc.abstractmethod
     def describe(self) -> dict:
         """What the labels metadata records about this side: `name`, `dtype`, `device`, `weights` (a local folder or

@@ -143,6 +143,27 @@ class VLM(ModelSide):
     def device(self):
         return next(self.model.parameters()).device
 
+    @property
+    def placement(self) -> tuple:
+        """(device, dtype) of the weights: where a module reading this model's states (the LoRA probe) must run."""
+        return self.model.device, self.model.dtype
+
+    def rope_state(self):
+        """A copy of the rotary-position offsets of the last prefill (Qwen-VL's `rope_deltas`), or None: what a reader
+        continuing this model's KV cache needs beside it."""
+        from ..generation import rope_owner
+
+        owner = rope_owner(self.model)
+        return None if owner is None or owner.rope_deltas is None else owner.rope_deltas.clone()
+
+    def set_rope_state(self, rope) -> None:
+        """Restore offsets saved by `rope_state` before continuing that prefill's cache (no-op for other models)."""
+        from ..generation import rope_owner
+
+        owner = rope_owner(self.model)
+        if owner is not None:
+            owner.rope_deltas = None if rope is None else rope.clone()
+
     def describe(self) -> dict:
         return {"name": str(self.name), "dtype": str(self.model.dtype).replace("torch.", ""), "device": self.loaded_on or str(self.device),
                 "weights": str(self.name), "checkpoint": str(self.name)}

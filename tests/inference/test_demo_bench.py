@@ -34,4 +34,7 @@ def test_benchmark_reuse_prefills_only_the_new_tokens():
     out = bench.main(["--size", "tiny", "--repeats", "1", "--keep-tokens", "12", "--answer-tokens", "3"])
     assert out["same_tokens"]
     assert out["reuse_prefill_tokens"] == out["cold_prefill_tokens"] - out["cached_prefix_tokens"]
-    assert out["reuse_prefill_tokens"] == 12 + out["hint_and_template_suffix_tokens"]
+    # eight more kept tokens cost exactly eight more prefill tokens on the reused prefix, which itself stays cached
+    more = bench.main(["--size", "tiny", "--repeats", "1", "--keep-tokens", "20", "--answer-tokens", "3"])
+    assert more["cached_prefix_tokens"] == out["cached_prefix_tokens"] > out["image_tokens"]
+    assert more["reuse_prefill_tokens"] - out["reuse_prefill_tokens"] == 8

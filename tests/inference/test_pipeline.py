@@ -127,7 +127,7 @@ def test_chat_messages_are_accepted(pipe, images, tmp_path):
 
 def test_mutual_verification_accepts_or_escalates(tiny_pair, make_pipeline, images):
     from routedvlm.inference import MutualVerification
-    from routedvlm.inference.policies import answers_agree, normalize_answer
+    from routedvlm.inference.answers import answers_agree, normalize_answer
 
     small, large = tiny_pair
     assert normalize_answer(" B. ") == normalize_answer("b") == "b"
@@ -141,7 +141,7 @@ def test_mutual_verification_accepts_or_escalates(tiny_pair, make_pipeline, imag
     mixed = make_pipeline(small, large)
     res = MutualVerification(mixed, check="small_reason", keep_tokens=8).run(images["square"], Q)
     agree = answers_agree(mixed.run(images["square"], Q, "large_direct").answer,
-                          mixed.run(images["square"], Q, "small_reason").answer)
+                          mixed.run(images["square"], Q, "small_reason").answer, Q)
     assert res.trace[-1]["decision"] == ("accept" if agree else "escalate")
     if not agree:
         assert res.strategy == "transfer_8" and res.answer == mixed.run(images["square"], Q, "transfer_8").answer

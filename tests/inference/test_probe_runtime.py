@@ -34,7 +34,8 @@ def _routed(probe_parts, paid):
 
     from routedvlm.inference import VLM, CollaborativePipeline
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.router.lora_probe import LoRAProbeRouter, weights_hash
+    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.lora_probe import LoRAProbeRouter
 
     small, large, net = probe_parts
     net = copy.deepcopy(net)  # RoutedVLM makes the probe adopt its small model
@@ -108,7 +109,8 @@ def test_probe_follows_the_small_model_dtype(probe_parts, tmp_path):
 
     from routedvlm.inference import VLM, CollaborativePipeline
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.router.lora_probe import LoRAProbeRouter, weights_hash
+    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.lora_probe import LoRAProbeRouter
 
     small, large, net = probe_parts
     net = copy.deepcopy(net)
@@ -131,7 +133,8 @@ def test_head_only_probe_round_trip(probe_parts, tmp_path):
     from PIL import Image
 
     from routedvlm.router import load_router
-    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base, weights_hash
+    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base
 
     small = probe_parts[0]
     policy = Policy(router_type="lora-probe", strategies=STRATEGIES, mode="one-shot", features=[],

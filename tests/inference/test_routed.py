@@ -26,7 +26,7 @@ def routed(pipe):
 
 
 def test_mutual_verification_route_equals_the_policy_run_by_hand(routed, pipe, images):
-    from routedvlm.inference.policies import MutualVerification
+    from routedvlm.inference.mutual_verification import MutualVerification
 
     out = routed("mutual-verification:8")(image=images["square"], question=Q)
     ref = MutualVerification(pipe, keep_tokens=8).run(images["square"], Q)
@@ -86,7 +86,7 @@ def test_runtime_features_equal_compute_features_on_run_many(routed, pipe, image
 
 
 def test_router_that_raises_falls_back_with_a_warning(routed, pipe, images, caplog):
-    from routedvlm.inference.policies import MutualVerification
+    from routedvlm.inference.mutual_verification import MutualVerification
 
     with caplog.at_level(logging.WARNING, logger="routedvlm.inference.policy_runner"):
         out = routed(every_feature_router(fail=True), fallback="mutual-verification:8")(image=images["square"], question=Q)
@@ -230,7 +230,7 @@ def test_default_router_is_the_champion_in_the_default_tracking_store(routed, im
 def test_a_learned_router_runs_its_certified_rule(routed, pipe, images, tmp_path, rule):
     """The rule in policy.json (not the tau-rule) decides at run time: mutual verification on a LightGBM router pays
     both direct stages and never scores the model; the binary rule reads P(large_direct) only."""
-    from routedvlm.inference.policies import MutualVerification
+    from routedvlm.inference.mutual_verification import MutualVerification
     from routedvlm.router import load_router
     from routedvlm.router.decision_rules import binary_rule, mutual_verification_rule
 

@@ -122,7 +122,7 @@ def toy_router(tmp_path_factory):
     from routedvlm.training.cli import train_router_main
 
     out = tmp_path_factory.mktemp("toy-router")
-    assert train_router_main(["--output-dir", str(out), "--no-mlflow", "--allow-constant-features"]) == 0
+    assert train_router_main(["--output-dir", str(out), "--no-mlflow"]) == 0
     return out / "router"
 
 

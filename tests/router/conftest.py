@@ -83,7 +83,8 @@ def probe_router(tmp_path_factory):
     import torch
 
     from routedvlm.inference import build_tiny_vlm
-    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base, weights_hash
+    from routedvlm.router.checkpoints import weights_hash
+    from routedvlm.router.lora_probe import LoRAProbeRouter, ProbeNet, load_base
 
     torch.set_num_threads(1)
     base = build_tiny_vlm("qwen2_vl", tmp_path_factory.mktemp("probe-base"), seed=0, size="tiny")

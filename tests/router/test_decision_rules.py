@@ -7,10 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from routedvlm.router import Policy, RouterError, load_router
-from routedvlm.router.decision import cost_order
-from routedvlm.router.decision_rules import (AGREE_FEATURE, apply_rule, apply_rule_one, binary_rule, fixed_rule,
-                                              lagrangian_rule, mutual_verification_rule, tau_rule)
+from routedvlm.router import Policy, RouterError, choose, load_router
+from routedvlm.router.decision_rules import (AGREE_FEATURE, apply_rule, apply_rule_one, binary_rule, cost_order,
+                                              fixed_rule, lagrangian_rule, mutual_verification_rule, tau_rule)
 
 COSTS = {"large_direct": 0.0, "transfer_16": 120.0, "large_reason": 2000.0}
 P = pd.DataFrame({"large_direct": [0.9, 0.2, 0.1], "transfer_16": [0.95, 0.8, 0.3], "large_reason": [0.99, 0.97, 0.5]})
@@ -107,3 +106,21 @@ def test_invalid_rules_are_named(lgbm_router):
                           "rule": mutual_verification_rule(16)})
     with pytest.raises(RouterError, match=r"`certificate` lacks \['bound', 'method', 'n'\]"):
         Policy.from_dict({**data, "certificate": {"delta": 0.1}})
+
+
+def test_choose_worked_example():
+    costs = {"large_direct": 0.0, "transfer_16": 100.0, "transfer_64": 200.0, "large_reason": 900.0}
+    p = pd.DataFrame(
+        [[0.90, 0.95, 0.99, 1.0],   # cheapest qualifying: large_direct
+         [0.50, 0.85, 0.99, 1.0],   # large_direct too unsure -> transfer_16
+         [0.10, 0.70, 0.79, 0.79],  # nothing reaches 0.8 -> fallback
+         [np.nan, 0.10, 0.80, 0.9]],  # NaN never qualifies; 0.80 >= 0.80 does
+        columns=["large_direct", "transfer_16", "transfer_64", "large_reason"],
+    )
+    assert list(choose(p, costs, tau=0.8, fallback="large_reason")) == [
+        "large_direct", "transfer_16", "large_reason", "transfer_64"]
+    # equal costs: the canonical order decides (large_direct before transfer_16 before transfer_64)
+    flat = {s: 1.0 for s in costs}
+    assert list(choose(p.iloc[:1], flat, tau=0.5, fallback="large_reason")) == ["large_direct"]
+    with pytest.raises(RouterError, match=r"^The `costs` of the decision rule must have an entry for every strategy. Missing \['large_reason'\]"):
+        choose(p, {k: v for k, v in costs.items() if k != "large_reason"}, 0.8, "large_reason")

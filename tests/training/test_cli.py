@@ -104,7 +104,8 @@ BAD = [
                                                        r"failed sample\(s\)\)"),
     ("too many features", lambda df: pd.concat([df, pd.DataFrame({f"feat__prompt__x{i}": np.arange(len(df)) * 1.0 + i for i in range(300)}, index=df.index)], axis=1),
      r"^error: 30\d feature columns selected \(e.g. .*\); the sanity limit is 256 \(--max-features\)"),
-    ("constant feature", _constant_feature, r"Constant feature columns \['feat__prompt__option_count'\]"),
+    ("constant feature, --strict-features", _constant_feature,
+     r"Constant feature columns \['feat__prompt__option_count'\] \(on the 240 training rows\)"),
     ("too few rows", lambda df: df.head(60), r"The labels have 60 usable row\(s\); train-router needs at least 80"),
     # the row count comes first: dropping constant features or finding no correct candidate would not help
     ("six rows", lambda df: _constant_feature(df.head(6)), r"error: The labels have 6 usable row\(s\); train-router needs at least 80"),
@@ -123,7 +124,8 @@ def _run(capsys, tmp_path, *args):
 @pytest.mark.parametrize("name,mutate,message", BAD, ids=[b[0] for b in BAD])
 def test_bad_labels_exit_2_with_a_clear_message(name, mutate, message, base_df, tmp_path, capsys):
     path = _write(mutate(base_df), tmp_path / "labels.parquet")
-    rc, err = _run(capsys, tmp_path, "--data", str(path))
+    strict = ["--strict-features"] if "--strict-features" in name else []
+    rc, err = _run(capsys, tmp_path, "--data", str(path), *strict)
     assert rc == 2
     assert "\nerror: " in "\n" + err
     import re

@@ -55,3 +55,67 @@ def test_infinite_feature_values_are_not_missing_values(synthetic_df):
     with pytest.raises(TrainingError, match=r"^Feature columns with infinite values \(rows affected, of 50\): "
                                             r"\{'feat__large_direct__logprob_mean': 2\}. Only NaN marks a missing value"):
         check_features(df, cols, allow_missing=True)
+
+
+def _train_rows_constant_elsewhere_varied(df, config):
+    """A copy of `df` whose `feat__prompt__question_words` is constant on the training split and varies on the
+    calibration and test rows."""
+    import numpy as np
+
+    from routedvlm.training.split import split_labels
+
+    split = split_labels(df, config.calib_fraction, config.test_fraction, config.seed)
+    out = df.copy()
+    out.loc[split.train.index, "feat__prompt__question_words"] = 7.0
+    held = split.calibration.index.union(split.test.index)
+    out.loc[held, "feat__prompt__question_words"] = np.arange(len(held), dtype=float)
+    return out, held
+
+
+def test_constant_features_are_found_on_the_training_rows_only(synthetic_df, caplog):
+    """Issue 27's rule for every data-dependent choice: calibration and test rows cannot change the feature list."""
+    import logging
+
+    from routedvlm.errors import TrainingError
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.steps import plan
+
+    config = TrainConfig(no_mlflow=True)
+    df, held = _train_rows_constant_elsewhere_varied(synthetic_df.head(600), config)
+    with caplog.at_level(logging.WARNING, logger="routedvlm.training.fit"):
+        _, features, _ = plan(config, df)
+    assert "feat__prompt__question_words" not in features  # constant where the router learns, so dropped
+    assert "['feat__prompt__question_words']" in caplog.text  # the warning names it
+    other = features[0]
+    changed = df.copy()
+    changed.loc[held, "feat__prompt__question_words"] = 7.0  # now constant everywhere
+    changed.loc[held, other] = 0.0  # constant on the held-out rows only
+    assert plan(config, changed)[1] == features
+    with pytest.raises(TrainingError, match=r"^Constant feature columns \['feat__prompt__question_words'\] \(on the "
+                                            r"360 training rows\) carry no information, and --strict-features"):
+        plan(TrainConfig(no_mlflow=True, strict_features=True), df)
+
+
+@pytest.mark.slow
+def test_a_pandas_copy_of_the_bundled_labels_trains(tmp_path, caplog):
+    """Regression: a copy of the bundled labels written by pandas (its metadata dropped) was refused with
+    "Constant feature columns [...]" while the original trained; now both drop those columns with a warning, and
+    --strict-features refuses them."""
+    import logging
+
+    import pandas as pd
+
+    from routedvlm.errors import TrainingError
+    from routedvlm.training import train_cli
+    from routedvlm.training.labels_io import embedded_labels_path
+
+    copy = tmp_path / "copy.parquet"
+    pd.read_parquet(embedded_labels_path()).to_parquet(copy)
+    caplog.set_level(logging.WARNING, logger="routedvlm.training.fit")
+    args = ["--data", str(copy), "--no-mlflow", "--num-boost-round", "20", "--output-dir", str(tmp_path / "run")]
+    assert train_cli.main(args) == 0
+    assert (tmp_path / "run" / "router" / "policy.json").is_file()
+    dropped = [r.getMessage() for r in caplog.records if r.name == "routedvlm.training.fit" and "constant" in r.getMessage()]
+    assert len(dropped) == 1 and "'feat__prompt__image_count'" in dropped[0]  # named: one image per toy sample
+    with pytest.raises(TrainingError, match=r"^Constant feature columns \['feat__prompt__"):
+        train_cli.main([*args, "--strict-features"])

@@ -58,10 +58,22 @@ def _config(out, data, **kw):
 
 @pytest.fixture(scope="session")
 def probe_run(probe_data, tmp_path_factory):
-    from routedvlm.training.probe.lora_probe import train_probe
+    """Trained through `train_router(config)`, the one entry point every router type goes through."""
+    from routedvlm.training.pipeline import train_router
 
     out = tmp_path_factory.mktemp("probe-run")
-    return train_probe(_config(out, probe_data))
+    return train_router(_config(out, probe_data))
+
+
+@pytest.mark.slow
+def test_train_router_trains_the_configured_type(probe_run):
+    """Regression: train_router(TrainConfig(router="lora-probe")) used to fit a LightGBM router silently."""
+    from routedvlm.router import load_router
+    from routedvlm.router.lora_probe import LoRAProbeRouter
+
+    assert isinstance(probe_run.router, LoRAProbeRouter) and probe_run.router.policy.router_type == "lora-probe"
+    assert isinstance(load_router(probe_run.output_dir / "router"), LoRAProbeRouter)
+    assert "probe" in probe_run.evaluation  # the probe's own training record, not a LightGBM run
 
 
 @pytest.mark.slow

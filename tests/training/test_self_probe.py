@@ -39,7 +39,7 @@ def trained(toy_slice):
         mp.chdir(toy_slice["root"])  # the toy split behind the labels is regenerated under ./runs
         labels, meta = load_labels("labels.parquet")
         config = TrainConfig(router="self-probe", data="labels.parquet", output_dir="run", no_mlflow=True,
-                             allow_constant_features=True, num_boost_round=40,
+                             num_boost_round=40,
                              target_accuracy=0.9)  # 60 calibration rows certify 0.9, not the default 0.95
         return train_router(config, labels, meta), toy_slice["root"]
 
@@ -58,7 +58,9 @@ def test_trains_saves_and_beats_nothing_it_did_not_measure(trained):
     assert router.policy.params["recomputed"]["answers_equal_labels"] == N_ROWS  # same model, same answers
     ev = json.loads((root / "run" / "evaluation.json").read_text())
     assert set(ev["auroc_large_direct"]) == {"self-probe", "lightgbm"}
-    assert all(0.0 <= v <= 1.0 for v in ev["auroc_large_direct"].values())
+    # the hidden state of the large model's own short answer tells a right answer from a wrong one far better than
+    # chance on held-out rows (0.5), as the tabular features do (toy world: about 0.93 both)
+    assert all(v > 0.75 for v in ev["auroc_large_direct"].values()), ev["auroc_large_direct"]
     names = [r["name"] for r in ev["rows"]]
     assert any(n.startswith("lightgbm chosen: ") for n in names) and names[-1].startswith("chosen: ")
     assert ev["certificate"]["feasible"] and ev["comparison"]["lightgbm"]["certificate"]["router_mode"] == "cascade"
@@ -94,7 +96,7 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
 
     monkeypatch.chdir(toy_slice["root"])
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    argv = ["train", "--router", "self-probe", "--data", str(toy_slice["labels"]), "--allow-constant-features",
+    argv = ["train", "--router", "self-probe", "--data", str(toy_slice["labels"]),
             "--hidden-layers", "-1", "--hidden-position", "prompt_last", "--num-boost-round", "40", "--target-accuracy", "0.9",
             "--output-dir", "cli-run", "--register-as", "self-probe-router"]
     assert main(argv) == 0

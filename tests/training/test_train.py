@@ -76,7 +76,9 @@ def test_policy_records_mode_costs_and_provenance(trained):
     assert p.fallback == "large_reason" and p.training_data_hash == "synthetic-0"
     assert p.prompt_template == {"name": "custom", "text": "{question} Be brief.", "instructions": None}
     assert Policy.load(trained.output_dir / "router").prompt_template == p.prompt_template  # RoutedVLM applies it
-    assert p.metrics["test_target_met"] in (True, False)
+    # certified at delta 0.1 on labels with a known ground truth: the held-out test rows meet the target too
+    learned = trained.evaluation["rows"][-1]
+    assert p.metrics["test_target_met"] is True and learned["accuracy"] >= p.metrics["test_required_accuracy"]
     assert p.target == {"kind": "accuracy", "value": 0.95}
     assert p.metrics["calibration_rows"] > 0 and p.metrics["certificate_delta"] == 0.1
     assert p.certificate["method"].startswith("learn-then-test: exact binomial p-values")

@@ -103,13 +103,13 @@ def test_prompt_template_of_the_labels(caplog):
     post prompts with their adapter's instruction (none for the toy world); other writers' labels: None, warned."""
     import logging
 
-    from routedvlm.training.pipeline import prompt_template_of
+    from routedvlm.training.steps import prompt_template_of
 
     custom = {"name": "custom", "text": "{question}?", "instructions": None}
     assert prompt_template_of({"prompt_template": custom}) == custom
     chart = prompt_template_of({"sample_source": {"dataset": "lmms-lab/ChartQA", "adapter": "chartqa"}})
     assert chart["name"] == "lmms-eval" and chart["instructions"]["open"].startswith("Answer the question using")
     assert prompt_template_of({"sample_source": {"dataset": "x.parquet", "adapter": "toyworld"}})["name"] == "none"
-    with caplog.at_level(logging.WARNING, logger="routedvlm.training.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="routedvlm.training.steps"):
         assert prompt_template_of({}) is None
     assert "records no prompt_template" in caplog.text

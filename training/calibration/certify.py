@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import ConfigError
-from routedvlm.router.decision import strategy_order
+from routedvlm.router.strategies import strategy_order
 from routedvlm.router.decision_rules import fixed_rule
 
 from . import ltt

@@ -53,7 +53,6 @@ def train_all(cfg, labels_path: Path, say) -> list[Trained]:
     from ..config import TrainConfig
     from ..labels_io import load_labels
     from ..pipeline import train_router
-    from ..probe.lora_probe import train_probe
 
     kinds = parse_routers(cfg.routers)
     labels, metadata = load_labels(str(labels_path))
@@ -67,8 +66,8 @@ def train_all(cfg, labels_path: Path, say) -> list[Trained]:
                              tracking_uri=cfg.tracking_uri, register_as=cfg.register_as, experiment="routedvlm-demo",
                              seed=cfg.seed, target_accuracy=cfg.target_accuracy,
                              min_accuracy=cfg.min_accuracy, delta=cfg.delta / n,
-                             allow_constant_features=True, calib_fraction=cfg.split_share, test_fraction=cfg.split_share)
-            result = (train_probe if kind == "lora-probe" else train_router)(tc, labels, metadata)
+                             calib_fraction=cfg.split_share, test_fraction=cfg.split_share)
+            result = train_router(tc, labels, metadata)
             t = Trained(name, tc, result)
             ev = result.evaluation
             say(f"{name}: {ev['certificate']['chosen']}, on its test split {ev['rows'][-1]['verdict']} "

@@ -20,7 +20,7 @@ from routedvlm.router.strategies import LARGE_REASON
 
 from ..costs import label_strategies
 from ..evaluate import area_under_curve, mutual_verification_row, oracle_row, summarize, verdict
-from ..pipeline import jsonable
+from ..steps import jsonable
 
 LATENCY_NOTE = (
     "latency = sum of the wall-clock ms (vision + prefill + decode) of the stage records a policy needs on a sample; "

@@ -78,7 +78,7 @@ def lightgbm_comparison(config, split, strategies, features, paid, labels_hash) 
     row and areas (None when there are no tabular features: a one-shot probe on labels without prompt features)."""
     from ..calibration.certify import certify
     from ..evaluate import evaluate
-    from ..pipeline import fit_router
+    from ..steps import fit_router
 
     if not features:
         return None

@@ -52,7 +52,7 @@ def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | Non
     """Run the probe job; `samples` (labels + `image` + `question` columns) skips reloading. Returns TrainResult."""
     from routedvlm.router.lora_probe import LoRAProbeRouter
 
-    from ..pipeline import TrainResult, write_outputs
+    from ..steps import TrainResult, write_outputs
     from ..report import format_table
     from .evaluate import summary_line
 
@@ -74,7 +74,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     from routedvlm.router.policy import Policy
 
     from ..labels_io import content_hash, load_labels
-    from ..pipeline import _default_output_dir, _plan, fit_router, prompt_template_of
+    from ..steps import default_output_dir, fit_router, plan, prompt_template_of
     from .data import attach_samples
     from .fit import set_feature_scaling
     from ..split import split_labels
@@ -87,7 +87,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     metadata = dict(metadata or {})
     labels_hash = metadata.get("content_hash") or content_hash(labels)
     base = resolve_base(config, metadata)
-    candidates, features, paid = _plan(config, labels)
+    candidates, features, paid = plan(config, labels)
     data = samples if samples is not None else attach_samples(labels, metadata, config.dataset)
     split = split_labels(data, config.calib_fraction, config.test_fraction, config.seed)
     template = fit_router(config, split, candidates, features, paid, labels_hash,  # costs, fallback, split params
@@ -99,7 +99,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     net = ProbeNet(load_base(base, given=base), candidates, features, lora_r=config.lora_r, lora_alpha=2 * max(config.lora_r, 1),
                    seed=config.seed)
     set_feature_scaling(net, split.train)
-    out = Path(config.output_dir) if config.output_dir else _default_output_dir()
+    out = Path(config.output_dir) if config.output_dir else default_output_dir()
     return ProbeJob(config, labels_hash, metadata, split, policy, net, out)
 
 
@@ -126,7 +126,7 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     from . import evaluate as pe
     from ..calibration.certify import apply_to_policy, certify
     from ..evaluate import evaluate
-    from ..pipeline import policy_metrics
+    from ..steps import policy_metrics
 
     c, net, split, policy = job.config, job.net, job.split, job.policy
     p_cal, _ = pe.predict_table(net, split.calibration)

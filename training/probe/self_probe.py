@@ -5,7 +5,7 @@ The hidden states are recomputed, not stored by the labeller: the labelled sampl
 LoRA probe) and `large_direct` is re-run through `CollaborativePipeline.run` with the capture of
 `routedvlm.inference.hidden` on — the code path RoutedVLM runs, so training and run-time inputs are the same
 numbers. The recomputed answers are checked against the labels' `answer__large_direct`. Split, expected costs,
-certified decision rule, evaluation and outputs are the LightGBM router's (training/pipeline.py).
+certified decision rule, evaluation and outputs are the LightGBM router's (training/steps.py).
 """
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def fit_head(x: np.ndarray, targets: dict[str, np.ndarray], seed: int = 0) -> di
 def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, info: HiddenInfo, *,
                    prompt_template: dict | None = None) -> SelfProbeRouter:
     """A SelfProbeRouter (decision rule not yet certified) with its head fitted on `split.train`."""
-    from ..pipeline import base_policy
+    from ..steps import base_policy
 
     if config.mode != "cascade":
         raise ConfigError("The self-probe reads the large_direct pass, which only cascade mode pays first: use "
@@ -199,8 +199,6 @@ def choose_layer(split, info: HiddenInfo, seed: int = 0):
 
 def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.DataFrame, HiddenInfo]:
     """The labels with `image`, `question` and the hidden-state column (samples reloaded, large_direct re-run)."""
-    from routedvlm.inference.hidden import decoder_layers
-
     from .data import attach_samples
 
     large = resolve_large(config, metadata)
@@ -232,3 +230,23 @@ def compare_with_lightgbm(ev: dict, router, config, split, candidates, features,
         out["auroc_large_direct"] = auroc
     out["self_probe"] = dict(router.policy.params.get("recomputed") or {})
     return out
+
+
+def train_self_probe(config, labels: pd.DataFrame, metadata: dict):
+    """The `self-probe` router type's trainer: plan, the hidden states of every row, split, fit the head, certify and
+    evaluate beside a LightGBM router on the same split, write the outputs. Returns a TrainResult."""
+    from ..labels_io import content_hash
+    from ..split import split_labels
+    from ..steps import certify_and_evaluate, finish, plan, prompt_template_of
+
+    labels_hash = metadata.get("content_hash") or content_hash(labels)
+    candidates, features, paid = plan(config, labels, metadata)
+    labels, hidden = prepare_hidden(config, labels, metadata)
+    split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
+    log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
+    split, hidden = choose_layer(split, hidden, config.seed)  # on the training rows only
+    router = fit_self_probe(config, split, candidates, features, paid, labels_hash, hidden,
+                            prompt_template=prompt_template_of(metadata))
+    evaluation = certify_and_evaluate(config, router, split)
+    evaluation = compare_with_lightgbm(evaluation, router, config, split, candidates, features, paid, labels_hash)
+    return finish(config, router, evaluation, split, metadata, labels_hash)

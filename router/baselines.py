@@ -1,7 +1,8 @@
-"""Rule routers that need no training files: a fixed strategy, and the paper's mutual verification.
+"""The router types with nothing to train and no model files (`fixed`, `mutual-verification`): the fixed baselines.
 
 Their P(correct) is 1.0 for the strategy the rule picks and 0.0 for the others, so the shared decision
-rule (tau in (0, 1]) reproduces the rule exactly.
+rule (tau in (0, 1]) reproduces the rule exactly; mutual verification's agreement test is `decision_rules.agreement`,
+the one the `mutual-verification` rule and `inference.MutualVerification` use.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from routedvlm.errors import RouterError, one_of
 from .base import Router
-from .decision_rules import AGREE_FEATURE
+from .decision_rules import AGREE_FEATURE, agreement, agrees
 from .policy import Policy
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
 
@@ -74,14 +75,13 @@ class MutualVerificationRouter(Router):
     def predict_proba(self, features):
         import pandas as pd
 
-        agree = np.nan_to_num(features[AGREE_FEATURE].to_numpy(dtype=float), nan=0.0) >= 0.5
+        agree = agreement(features[AGREE_FEATURE].to_numpy(dtype=float))
         return pd.DataFrame(
             {LARGE_DIRECT: agree.astype(float), self.escalate: (~agree).astype(float)}, index=features.index
         )[self.policy.strategies]
 
     def _proba_row(self, row: dict) -> dict[str, float]:
-        v = row[AGREE_FEATURE]
-        agree = v is not None and float(v) >= 0.5  # NaN >= 0.5 is False
+        agree = agrees(row[AGREE_FEATURE])
         return {LARGE_DIRECT: float(agree), self.escalate: float(not agree)}
 
     @classmethod

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from routedvlm.errors import RouterError, RouterLoadError
-from .base import Router
-from .policy import Policy
+from ..base import Router
+from ..policy import Policy
 
 
 def model_file(strategy: str) -> str:
@@ -100,7 +100,7 @@ class LightGBMRouter(Router):
 
     @classmethod
     def _check_unverified(cls, directory: Path, files: list[str]) -> None:
-        from .integrity import lightgbm_child
+        from ..integrity import lightgbm_child
 
         lightgbm_child([directory / f for f in files])
 
@@ -108,7 +108,7 @@ class LightGBMRouter(Router):
     def _from_folder(cls, policy: Policy, directory: Path) -> "LightGBMRouter":
         import lightgbm
 
-        from .integrity import read_verified
+        from ..integrity import read_verified
 
         if policy.format_version >= 2:  # a damaged file whose digest was re-computed must not abort or hang us
             cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())))

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from routedvlm.errors import RouterError, RouterLoadError
-from .base import Router
-from .checkpoints import weights_hash
-from .decision_rules import uses_model
-from .policy import Policy
-from .strategies import LARGE_DIRECT
+from ..base import Router
+from ..checkpoints import weights_hash
+from ..decision_rules import uses_model
+from ..policy import Policy
+from ..strategies import LARGE_DIRECT
 
 log = logging.getLogger(__name__)
 HIDDEN_KEY = "_large_direct_hidden"  # decide() input: the large model's hidden-state vector (numpy, float32)
@@ -95,7 +95,7 @@ class SelfProbeRouter(Router):
         p = self._p(self._matrix([row[HIDDEN_KEY]], feats))[0]
         return dict(zip(self.policy.strategies, map(float, p)))
 
-    # ---- RoutedVLM hooks (duck-typed: RoutedVLM / the policy runner call them when present) ----
+    # ---- RoutedVLM hooks (declared on Router) ----
     @property
     def hidden_layers(self) -> list[int]:
         """Decoder layers of the large model whose outputs RoutedVLM must capture during large_direct."""

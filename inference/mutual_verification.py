@@ -1,34 +1,28 @@
 """The paper's mutual-verification rule as a ready policy: accept the large model's short answer when a
 cheap check by the small model agrees, otherwise escalate with K kept reasoning tokens (two-stage decoding).
+
+One agreement test (`answers.answers_agree`, the one the router's agreement feature uses) and one rule
+(`decision_rules`' mutual-verification member), so this class, `RoutedVLM(router="mutual-verification")` and the
+labels' `feat__large_direct+small_direct__agree` decide alike on the same answers.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from routedvlm.errors import ConfigError, one_of
+from routedvlm.router.decision_rules import AGREE_FEATURE, apply_rule_one, mutual_verification_rule
 
+from .answers import answers_agree
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import Result, parallel
 
 CHECKS = ("small_direct", "small_reason")
 
 
-def normalize_answer(text: str) -> str:
-    """Lowercase, punctuation removed, whitespace collapsed: "B." == "b", " Yes! " == "yes"."""
-    return " ".join(re.sub(r"[^\w\s]|_", " ", str(text).lower()).split())
-
-
-def answers_agree(a: str, b: str) -> bool:
-    """Normalised answers are equal and not empty (two empty answers verify nothing)."""
-    na, nb = normalize_answer(a), normalize_answer(b)
-    return bool(na) and na == nb
-
-
 @dataclass
 class MutualVerification:
     """Run `large_direct` and the check (beside each other when the models sit on different devices); if the
-    normalised answers agree (and are not empty) return the large answer, else escalate with `keep_tokens` reasoning tokens
+    answers agree (`answers.answers_agree`: canonical forms equal and not empty) return the large answer, else escalate with `keep_tokens` reasoning tokens
     (None = all). With check="small_reason" the check's reasoning is reused for the escalation.
     """
 
@@ -52,7 +46,10 @@ class MutualVerification:
                 "check": lambda: pipe.run_strategy(req, parse_strategy(self.check))}
         done = parallel(jobs, pipe.concurrent)
         large, check = done["large"], done["check"]
-        if answers_agree(large.answer, check.answer):
+        agree = float(answers_agree(large.answer, check.answer, req.question))
+        rule = mutual_verification_rule(self.keep_tokens)
+        _, reason = apply_rule_one(rule, {}, {AGREE_FEATURE: agree}, [], {}, rule["escalate"])
+        if reason == "agree":
             large.trace = [*check.trace, *large.trace]
             large.trace[-1] = {**large.trace[-1], "decision": "accept"}
             return large

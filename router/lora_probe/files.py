@@ -12,6 +12,13 @@ from routedvlm.errors import RouterLoadError
 
 ADAPTER_DIR, HEAD_FILE = "adapter", "head.safetensors"
 ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+ADAPTED = r"self_attn\.(q_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj)"
+
+
+def target_regex(model) -> str:
+    """peft `target_modules` regex: q/o projections and MLP of the language model's last decoder layer."""
+    last = model.config.get_text_config().num_hidden_layers - 1
+    return rf"^model\.(language_model|text_model)\.layers\.{last}\.({ADAPTED})$"
 
 
 def adapter_files(adapter: str) -> list[str]:
@@ -22,8 +29,6 @@ def adapter_files(adapter: str) -> list[str]:
 def save_probe(net, directory: Path) -> dict:
     """Write the adapter (if any) and the head of `net`; returns the policy params that name them."""
     from safetensors.torch import save_file
-
-    from .lora_probe import target_regex
 
     if net.peft is not None:
         net.peft.save_pretrained(str(directory / ADAPTER_DIR))

@@ -1,0 +1,69 @@
+"""The audit's part of `routedvlm serve`: POST /v1/audit/feedback (gold for an audited request) and the background
+task that lets a sampled audit start once the response has been sent.
+
+Feedback body: {"request_id": "<x-routedvlm-request-id of the response>", "answer": "<the correct answer>"} or
+{"request_id": ..., "routed_correct": bool, "reference_correct": bool}. Answers 200 with the audit's state, 404 for
+a request that was not audited (or no longer remembered), 409 when it already has gold, 400 for a bad body.
+"""
+from __future__ import annotations
+
+import json
+
+from .protocol import APIError
+
+FEEDBACK = "/v1/audit/feedback"
+_FIELDS = ("answer", "routed_correct", "reference_correct")
+
+
+def release_after(out):
+    """A Starlette BackgroundTask that releases `out`'s deferred audit (None when it has none)."""
+    release = getattr(out, "release_audit", None)
+    if release is None:
+        return None
+    from starlette.background import BackgroundTask
+
+    return BackgroundTask(release)
+
+
+def parse_feedback(raw) -> dict:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise APIError(400, "The request body is not valid JSON.", code="invalid_json") from None
+    if not isinstance(body, dict) or not isinstance(body.get("request_id"), str):
+        raise APIError(400, "Feedback needs a JSON object with `request_id` (the x-routedvlm-request-id header of "
+                            "the response) and `answer`, or `routed_correct` and `reference_correct`.",
+                       param="request_id", code="invalid_feedback")
+    extra = sorted(set(body) - {"request_id", *_FIELDS})
+    bools = [k for k in ("routed_correct", "reference_correct") if k in body and not isinstance(body[k], bool)]
+    if extra or bools or ("answer" in body and not isinstance(body["answer"], (str, int, float))):
+        raise APIError(400, f"Feedback fields: request_id (string), answer (string), routed_correct and "
+                            f"reference_correct (booleans). Got unknown {extra} / non-boolean {bools}.",
+                       code="invalid_feedback")
+    return body
+
+
+async def feedback(routed, raw):
+    """Apply one gold feedback to `routed`'s audit (in a worker thread: it may write the audit log)."""
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    from routedvlm.errors import InputError
+
+    from ..audit.monitor import FeedbackError
+
+    try:
+        body = parse_feedback(raw)
+        if routed.auditor is None:
+            raise APIError(404, "This server does not audit (start it with --audit-rate).", code="audit_off")
+        rid = body.pop("request_id")
+        status = await run_in_threadpool(lambda: routed.audit_feedback(rid, **body))
+    except APIError as exc:
+        return JSONResponse(exc.body(), status_code=exc.status)
+    except FeedbackError as exc:
+        err = APIError(exc.status, str(exc), param="request_id", code="not_audited" if exc.status == 404 else "duplicate")
+        return JSONResponse(err.body(), status_code=err.status)
+    except InputError as exc:
+        err = APIError(400, str(exc), code="invalid_feedback")
+        return JSONResponse(err.body(), status_code=400)
+    return {"status": status, "audit": routed.audit_status()}

@@ -1,0 +1,64 @@
+"""The one registry of router types: name → unit (runtime class, trainer, artifact files, contract).
+
+A saved router names its type in policy.json (`router_type`); loading, `train_router(config)`, the demo and the
+benchmarks all look the type up here. Entries are "module:attribute" strings, imported on use, so a LightGBM router
+never imports torch and `routedvlm.router` imports no other routedvlm package: a trainer lives in
+`routedvlm.training` (it needs the labels, the split, the certification and, for the probes, the data package to
+reload the samples), and only `routedvlm.training` resolves it. Adding a router type: a folder under `router/`, its
+trainer under `training/`, and one line here.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from routedvlm.errors import RouterLoadError, one_of
+
+
+@dataclass(frozen=True)
+class RouterType:
+    """One router type. `runtime`: its Router subclass; `trainer`: `train(config, labels, metadata) -> TrainResult`
+    in routedvlm.training, None for a rule with nothing to learn; `files`: the model files of its artifact."""
+
+    name: str
+    runtime: str
+    trainer: str | None
+    files: str
+
+    def router_class(self):
+        """The Router subclass (imported now); RouterLoadError when its dependencies are missing."""
+        return _resolve(self.runtime, f"Router type {self.name!r}")
+
+
+ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
+    RouterType("lightgbm", "routedvlm.router.lightgbm:LightGBMRouter",
+               "routedvlm.training.pipeline:train_lightgbm", "model_<strategy>.txt (LightGBM text models)"),
+    RouterType("lora-probe", "routedvlm.router.lora_probe:LoRAProbeRouter",
+               "routedvlm.training.probe.lora_probe:train_probe", "adapter/ (peft LoRA), head.safetensors"),
+    RouterType("self-probe", "routedvlm.router.self_probe:SelfProbeRouter",
+               "routedvlm.training.probe.self_probe:train_self_probe", "head.safetensors"),
+    RouterType("mutual-verification", "routedvlm.router.baselines:MutualVerificationRouter", None, "none"),
+    RouterType("fixed", "routedvlm.router.baselines:FixedRouter", None, "none"),
+)}
+TRAINABLE = tuple(sorted(n for n, t in ROUTER_TYPES.items() if t.trainer))
+
+
+def router_type(name: str) -> RouterType:
+    """The registered type `name` (RouterLoadError listing the valid names)."""
+    if name not in ROUTER_TYPES:
+        raise RouterLoadError(f"Unknown router_type {name!r}; valid types are {one_of(ROUTER_TYPES)}.")
+    return ROUTER_TYPES[name]
+
+
+def router_class(name: str):
+    """The Router subclass registered for `name`."""
+    return router_type(name).router_class()
+
+
+def _resolve(target: str, what: str):
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise RouterLoadError(f"{what} needs {module}, which cannot be imported ({exc}). "
+                              "Install the dependencies of that router type.") from None

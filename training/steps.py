@@ -1,0 +1,215 @@
+"""The steps every router type's trainer shares: the plan (candidates, features, paid stages), the Policy a trained
+router starts from, certify + evaluate, the outputs (router folder, evaluation.json, curve.png), and `TrainResult`.
+
+Each trainer (`pipeline.train_lightgbm`, `probe.lora_probe.train_probe`, `probe.self_probe.train_self_probe`) imports
+these; `pipeline.train_router` picks the trainer by router type. This module imports no trainer (no import circle).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from routedvlm.errors import ConfigError, TrainingError, one_of
+from routedvlm.router.strategies import strategy_order
+from routedvlm.router.strategies import LARGE_REASON
+
+from .config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    router: object  # the trained Router (any type)
+    evaluation: dict
+    output_dir: Path
+    metadata: dict = field(default_factory=dict)
+    labels_hash: str = ""
+    tracking: dict = field(default_factory=dict)  # run_id, model_uri, version, champion
+    test: pd.DataFrame | None = None  # the test split (the champion is re-evaluated on it)
+    table: str = ""  # report.format_table(evaluation)
+
+
+def candidate_strategies(df: pd.DataFrame, wanted: list[str] | None) -> list[str]:
+    """Candidates in canonical order: `wanted`, or every strategy the labels hold; at least two."""
+    from .costs import label_strategies
+
+    present = label_strategies(df)
+    if wanted:
+        missing = [s for s in wanted if s not in present]
+        if missing:
+            raise ConfigError(f"`--strategies` names {missing}, which the labels do not hold; "
+                              f"the labels have {one_of(present)}.")
+        chosen = list(dict.fromkeys(wanted))
+    else:
+        chosen = present
+    if len(chosen) < 2:
+        raise TrainingError(f"train-router needs at least two candidate strategies to route between; the labels "
+                            f"have {present}. Label more strategies (routedvlm label --strategies ...).")
+    return sorted(chosen, key=strategy_order)
+
+
+def choose_fallback(train: pd.DataFrame, candidates: list[str], wanted: str | None) -> str:
+    if wanted:
+        if wanted not in candidates:
+            raise ConfigError(f"`--fallback` {wanted!r} must be a candidate strategy ({one_of(candidates)}).")
+        return wanted
+    if LARGE_REASON in candidates:
+        return LARGE_REASON
+    return max(candidates, key=lambda s: float(train[f"correct__{s}"].mean()))
+
+
+def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
+    correct = df[[f"correct__{s}" for s in candidates]].to_numpy(dtype=bool)
+    if not correct.any():
+        raise TrainingError(f"No candidate strategy is correct on any of the {len(df)} rows; there is nothing to "
+                            "route to. Check the scorer and the reference answers (routedvlm labels validate).")
+
+
+def default_output_dir() -> Path:
+    return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None, *,
+         train: pd.DataFrame | None = None) -> tuple[list[str], list[str], list[str]]:
+    """(candidates, features, paid stages), after every input check that needs no training. Candidates:
+    --strategies, else the labels' metadata `candidates`, else every strategy in the labels. Constant features are
+    found on the training rows (`train`, default: the training split of `labels` under the config's split)."""
+    from . import fit as fitmod
+    from .split import check_enough_rows, split_labels
+
+    check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
+    candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
+    _check_learnable(labels, candidates)
+    features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
+    if train is None:
+        train = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed).train
+    features = fitmod.check_features(labels, features, not config.strict_features, config.allow_missing_features,
+                                     config.max_features, train=train)
+    return candidates, features, fitmod.paid_stages_for(features, config.mode)
+
+
+def prompt_template_of(metadata: dict) -> dict | None:
+    """The prompt template the labels were made with (the router applies the same at run time). Labels that
+    routedvlm wrote before it recorded templates used lmms-eval's post prompts with their adapter's instruction
+    (none for the toy world); labels of other writers get None (questions as given), with a warning."""
+    from routedvlm.data.adapters import ADAPTERS
+
+    metadata = metadata or {}
+    if metadata.get("prompt_template") is not None:
+        return metadata["prompt_template"]
+    adapter = ADAPTERS.get(str((metadata.get("sample_source") or {}).get("adapter")))
+    if adapter is not None:
+        template = adapter.template("lmms-eval")
+        if not any(template.instructions.values()):
+            template = adapter.template("none")
+        log.info("the labels record no prompt_template; routedvlm labelled %s data with %r then", adapter.name,
+                 template.name)
+        return template.to_dict()
+    log.warning("the labels' metadata records no prompt_template: the router will send questions to the models "
+                "as given; if the labels' questions had a post prompt added, give RoutedVLM the same text")
+    return None
+
+
+def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str, *,
+               prompt_template: dict | None = None):
+    """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
+    from routedvlm.router.lightgbm import LightGBMRouter
+
+    from .fit import fit_models, lgb_params
+
+    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
+    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
+                                     params=params, cv_folds=config.cv_folds)
+    rounds = {s: int(b.current_iteration()) for s, b in boosters.items()}
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
+                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round,
+                                                               "cv_folds": config.cv_folds, "rounds": rounds}},
+                         prompt_template=prompt_template)
+    return LightGBMRouter(policy, boosters)
+
+
+def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
+                params: dict, *, prompt_template: dict | None = None):
+    """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
+    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
+    from routedvlm.router.policy import Policy
+
+    from .costs import expected_costs
+
+    return Policy(
+        router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
+        expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
+        fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
+        training_data_hash=labels_hash, prompt_template=prompt_template,
+        params={**params, "split": {**split.sizes(), "seed": config.seed}},
+    )
+
+
+def policy_metrics(ev: dict) -> dict:
+    """The numbers policy.json and MLflow record: test results of the chosen rule, calibration and certificate."""
+    learned, cal, cert = ev["rows"][-1], ev["calibration"], ev["certificate"]
+    out = {"test_accuracy": learned["accuracy"], "test_mean_latency_ms": learned["mean_latency_ms"],
+           "test_p90_latency_ms": learned["p90_latency_ms"],
+           "test_speedup_vs_large_reason": learned["speedup_vs_large_reason"], "test_utility": ev["utility"],
+           "test_target_met": ev["target_met_test"], "test_required_accuracy": ev["required_test"],
+           "test_standard_error": ev["standard_error_test"],
+           "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
+           "calibration_rows": cal["n"], "certificate_delta": cert["delta"],
+           "certificate_delta_after_selection": cert.get("delta_after_selection"), "certificate_bound": cert["bound"],
+           "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
+           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
+    out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
+    return out
+
+
+def write_outputs(router, evaluation: dict, out: Path) -> None:
+    """The router folder, evaluation.json and curve.png under `out` (LightGBM and probe alike)."""
+    from .plot import plot_curve
+
+    out.mkdir(parents=True, exist_ok=True)
+    router.save(out / "router")
+    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2, default=jsonable) + "\n")
+    plot_curve(evaluation, out / "curve.png")
+    if evaluation.get("probabilities"):
+        from .probability import plot_reliability
+
+        plot_reliability(evaluation["probabilities"], out / "reliability.png")
+
+
+def jsonable(o):
+    """json.dumps default for numpy scalars and arrays."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def certify_and_evaluate(config, router, split) -> dict:
+    """Certify the decision rule on the calibration rows (written into the router's policy), then evaluate it
+    against the baselines on the test rows."""
+    from .calibration.certify import apply_to_policy, certify
+    from .evaluate import evaluate
+
+    log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
+             len(split.calibration))
+    cal = certify(router, split.calibration, split.train, config.target, config.delta)
+    apply_to_policy(router.policy, cal)
+    log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
+    evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train)
+    evaluation["split"] = split.sizes()
+    return evaluation
+
+
+def finish(config, router, evaluation: dict, split, metadata: dict, labels_hash: str) -> TrainResult:
+    """Metrics into the policy, the outputs written, the TrainResult."""
+    from .report import format_table
+
+    router.policy.metrics = policy_metrics(evaluation)
+    out = Path(config.output_dir) if config.output_dir else default_output_dir()
+    write_outputs(router, evaluation, out)
+    return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))

@@ -37,12 +37,15 @@ def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
     from routedvlm.data.labelling import runner as label_runner, samples as labelling
 
     state = {"now": 0, "peak": 0}
-    lock = threading.Lock()
+    lock, full = threading.Lock(), threading.Event()
 
     def fake_process(pipe, cfg, position, sample_id, load, name, stage_ms):
         with lock:
             state["now"] += 1
             state["peak"] = max(state["peak"], state["now"])
+            if state["now"] >= 8:
+                full.set()
+        full.wait(timeout=10)  # hold the first samples until 8 overlap (deterministic on a loaded machine)
         time.sleep(0.01 * (position % 3))
         with lock:
             state["now"] -= 1
@@ -62,6 +65,7 @@ def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
     label_runner.label_rows(pipe, _cfg(concurrency=8), todo, load, None, on_row)
     assert sorted(rows) == sorted(s for _, s in todo) and state["peak"] == 8
     state["peak"] = 0
+    full.clear()
     label_runner.label_rows(SimpleNamespace(small=remote, large=SimpleNamespace(stateful=True)), _cfg(concurrency=8), todo, load,
                             None, lambda row: None)
     assert state["peak"] == 8  # process itself runs in parallel; only run_many is serialised for local models

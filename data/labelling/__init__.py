@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-_LAZY = {"run_labelling": "job", "LabelConfig": "config", "LabelSummary": "samples"}
+_LAZY = {"run_labelling": "job", "LabelConfig": "config", "LabelSummary": "per_sample"}
 __all__ = sorted(_LAZY)
 
 

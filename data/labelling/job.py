@@ -1,4 +1,4 @@
-"""The labelling job around the per-sample code of `samples.py`: one run per output, resume, finish.
+"""The labelling job around the per-sample code of `per_sample.py`: one run per output, resume, finish.
 
 A run takes the output's lock (lock.py), removes temp files a killed write left, checks what a resume may
 continue (same settings, same latency source, same cost profile), labels the samples not yet stored (plain or
@@ -14,7 +14,7 @@ from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from .config import LabelConfig, both_remote
 from .parts import PartStore, is_outage
-from .samples import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
+from .per_sample import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
 from .table import build_table, scorers_of
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ class LabelWorker:
 
     def __init__(self, cfg_fields: dict):
         from .config import LabelConfig
-        from .samples import load_pipeline, open_source, stage_cost
+        from .per_sample import load_pipeline, open_source, stage_cost
 
         self.cfg = LabelConfig(**cfg_fields)
         self.cfg.ray = False  # inside a worker the run is a plain one
@@ -54,7 +54,7 @@ class LabelWorker:
 
     def metadata(self, cost_meta: dict, run_cfg_fields: dict) -> dict:
         from .config import LabelConfig
-        from .samples import build_metadata
+        from .per_sample import build_metadata
 
         return build_metadata(LabelConfig(**run_cfg_fields), self.pipe, self.device, self.source, cost_meta)
 

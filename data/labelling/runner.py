@@ -86,7 +86,7 @@ class _Serialised:
 def label_rows(pipe, cfg, todo, load, stage_ms, on_row, stop: threading.Event | None = None) -> None:
     """Label `todo` [(position, sample_id)] with up to cfg.concurrency in flight, calling `on_row(row)` in this
     thread as each finishes (any order). `stop`, once set, keeps queued samples from starting."""
-    from .samples import process
+    from .per_sample import process
 
     n = max(1, min(int(cfg.concurrency), len(todo)))
     if n == 1:

@@ -34,7 +34,7 @@ def _cfg(**kw):
 
 def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
     """With server sides (no local model lock) up to N samples run at once; every row arrives once, in this thread."""
-    from routedvlm.data.labelling import runner as label_runner, samples as labelling
+    from routedvlm.data.labelling import per_sample as labelling, runner as label_runner
 
     state = {"now": 0, "peak": 0}
     lock, full = threading.Lock(), threading.Event()

@@ -13,7 +13,7 @@ LEGACY = ("The OpenAI-compatible server http://127.0.0.1:9/v1 failed the chat co
 
 
 def _fail_on(monkeypatch, sample_id, exc):
-    from routedvlm.data.labelling import samples
+    from routedvlm.data.labelling import per_sample as samples
 
     real = samples.label_sample
 

@@ -163,7 +163,7 @@ def evaluate_interleaved(cfg: DemoConfig, routers: dict, samples, strategies, ou
     from tqdm.auto import tqdm
 
     from routedvlm.data.labelling.table import build_table
-    from routedvlm.data.labelling.samples import label_sample
+    from routedvlm.data.labelling.per_sample import label_sample
     from routedvlm.data.labels.schema import write_labels
 
     pipe = next(iter(routers.values())).pipeline

@@ -1,4 +1,5 @@
 """The install story: full hashed locks for the CPU and GPU sets, and Makefile targets that keep the two venvs apart."""
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -60,7 +61,11 @@ def test_gpu_lock_takes_the_cuda_torch_and_shares_the_core_pins():
 
 
 def _make_n(*targets) -> list:
-    out = subprocess.run(["make", "-n", "-B", *targets], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    """What `make -n -B targets` would run; the same whether pytest runs alone or under `make test` (a parent make's
+    MAKEFLAGS/MAKELEVEL would add flags and "Entering/Leaving directory" lines)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", *targets], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env=env).stdout
     return [ln for ln in out.splitlines() if ln.strip()]
 
 

@@ -77,13 +77,23 @@ def _short(digest: str | None) -> str:
     return "unknown weights" if not digest else f"weights {digest[:19]}…"
 
 
+def recorded_weights(info: dict) -> str | None:
+    """The weights hash a labels `models.<side>` entry records: `weights_hash`, else a `revision` that is one
+    (`sha256:...`; a hub commit is not)."""
+    revision = info.get("revision")
+    return info.get("weights_hash") or (revision if isinstance(revision, str) and revision.startswith("sha256:")
+                                        else None)
+
+
 def locate_checkpoint(recorded_path, expected_hash: str | None, *, given=None, flag: str, what: str,
-                      extra=(), env: str | None = None) -> Path:
+                      extra=(), env: str | None = None, mismatch: str = "warn") -> Path:
     """The local folder of a model an artifact recorded (as `recorded_path` with `expected_hash`), in this order:
     `given` (what the user passes now; it must be a folder), the `env` variable, the recorded path when it exists
     and holds those weights, any of `extra` folders (e.g. the model already loaded beside it) or the shipped toy
     checkpoints whose weights hash equals `expected_hash`. Raises ConfigError naming the hash and `flag` when
-    nothing matches. A given folder with other weights is used with a warning (the caller decides if that matters).
+    nothing matches. A given folder with other weights is used with a warning, or refused (ConfigError) with
+    `mismatch="raise"` when only identical weights will do; every other folder is returned only when its weights
+    hash equals `expected_hash`, so callers need not hash it again.
     """
     chosen = given or (os.environ.get(env) if env else None)
     source = flag if given else f"${env}"
@@ -94,7 +104,11 @@ def locate_checkpoint(recorded_path, expected_hash: str | None, *, given=None, f
                               f"exist{' (it looks like a server URL)' if '://' in str(chosen) else ''}. "
                               f"Pass {flag} with the folder that holds {_short(expected_hash)}.")
         found = weights_hash(folder)
-        if expected_hash and found and found != expected_hash:
+        if expected_hash and found != expected_hash:
+            if mismatch == "raise":
+                raise ConfigError(f"{what}: {str(chosen)!r} (from {source}) has {_short(found)}, but "
+                                  f"{_short(expected_hash)} were recorded, and only identical weights will do. "
+                                  f"Point {source} at the original checkpoint.")
             log.warning("%s: %s has %s, the artifact recorded %s", what, folder, _short(found), _short(expected_hash))
         return folder.resolve()
     candidates = []

@@ -149,7 +149,8 @@ def test_load_errors(probe_run, probe_data, tmp_path, monkeypatch):
     shutil.copytree(probe_run.output_dir / "router", folder)
     other = build_tiny_vlm("qwen2_vl", tmp_path / "other", seed=1, size="tiny")
     monkeypatch.setenv(BASE_ENV, str(other))
-    with pytest.raises(RouterError, match=r"^The base checkpoint .* has weights sha256:.*but the probe was trained on"):
+    with pytest.raises(RouterError, match=r"^The lora-probe router's base small VLM: '.*other' \(from \$ROUTEDVLM_PROBE_BASE\) has weights "
+                                          r"sha256:.*, but weights sha256:.* were recorded, and only identical weights"):
         load_router(folder)
     monkeypatch.setenv(BASE_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(RouterError, match=r"^The lora-probe router's base small VLM must be a local checkpoint folder; "

@@ -25,12 +25,10 @@ log = logging.getLogger(__name__)
 def resolve_base(config, metadata: dict) -> Path:
     """The small VLM checkpoint the probe adapts: --base, else the labels' small model found by `locate_checkpoint`
     (its recorded path, or a shipped toy checkpoint with the same weights hash)."""
-    from routedvlm.router.checkpoints import locate_checkpoint
+    from routedvlm.router.checkpoints import locate_checkpoint, recorded_weights
 
     small = (metadata.get("models") or {}).get("small") or {}
-    revision = small.get("revision")
-    expected = small.get("weights_hash") or (revision if str(revision).startswith("sha256:") else None)
-    return locate_checkpoint(small.get("name"), expected, given=config.base, flag="--base",
+    return locate_checkpoint(small.get("name"), recorded_weights(small), given=config.base, flag="--base",
                              what="The lora probe's base (the labels' small model)")
 
 

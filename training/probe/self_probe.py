@@ -50,7 +50,7 @@ class HiddenInfo:
 def resolve_large(config, metadata: dict) -> Path:
     """The large VLM checkpoint whose hidden states the probe reads: --large, else the labels' large model found by
     `locate_checkpoint` (its recorded path, or a shipped toy checkpoint with the same weights hash)."""
-    from routedvlm.router.checkpoints import locate_checkpoint
+    from routedvlm.router.checkpoints import locate_checkpoint, recorded_weights
 
     large = (metadata.get("models") or {}).get("large") or {}
     given = getattr(config, "large", None)
@@ -58,13 +58,8 @@ def resolve_large(config, metadata: dict) -> Path:
         raise ConfigError(f"The self-probe reads the large VLM's hidden states, and the labels' large model was served "
                           f"over HTTP ({large.get('server')}, model {large.get('model_id')!r}): a server returns no "
                           "hidden states. Pass --large FOLDER with the same checkpoint on this machine.")
-    return locate_checkpoint(large.get("name"), large.get("weights_hash") or _sha_revision(large.get("revision")),
+    return locate_checkpoint(large.get("name"), recorded_weights(large),
                              given=given, flag="--large", what="The self-probe's large model (the labels' large side)")
-
-
-def _sha_revision(revision) -> str | None:
-    """A labels `revision` that is a weights hash (`sha256:...`; a hub commit is not)."""
-    return revision if isinstance(revision, str) and revision.startswith("sha256:") else None
 
 
 def _pipeline(large_path: Path, metadata: dict):

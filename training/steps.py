@@ -91,7 +91,7 @@ def plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None
         train = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed).train
     features = fitmod.check_features(labels, features, not config.strict_features, config.allow_missing_features,
                                      config.max_features, train=train)
-    return candidates, features, fitmod.paid_stages_for(features, config.mode)
+    return candidates, features, fitmod.paid_stages_for(features, config.mode, fitmod.ladder_in(labels))
 
 
 def prompt_template_of(metadata: dict) -> dict | None:
@@ -141,9 +141,11 @@ def base_policy(config: TrainConfig, split, candidates, features, paid, labels_h
     from routedvlm.router.policy import Policy
 
     from .costs import expected_costs
+    from .fit import ladder_in
 
     return Policy(
         router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
+        ladder=list(ladder_in(split.train)),
         expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
         fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
         training_data_hash=labels_hash, prompt_template=prompt_template,

@@ -60,8 +60,10 @@ def model_chains(policy, present: list[str], mode: str | None = None, paid=None)
     c_max = max([float(v) for v in policy.expected_cost_ms.values()] + [1e-9])
     out = {"tau": [Member(tau_rule(t), "tau", mode, paid) for t in TAU_GRID],
            "lagrangian": [Member(lagrangian_rule(x / c_max), "lagrangian", mode, paid) for x in LAMBDA_GRID]}
-    escalate = LARGE_REASON if LARGE_REASON in present else policy.fallback
     accept = binary_accept(policy.strategies, paid)
+    top_reason = f"{parse_strategy(accept).model}_reason"  # large_reason on the pair
+    escalate = top_reason if top_reason in present and top_reason in policy.strategies else (
+        LARGE_REASON if LARGE_REASON in present and accept == LARGE_DIRECT else policy.fallback)
     if accept in policy.strategies and escalate != accept:
         out["binary"] = [Member(binary_rule(t, escalate, accept), "binary", mode, paid) for t in THETA_GRID]
     return out
@@ -71,7 +73,8 @@ def binary_accept(strategies, paid) -> str:
     """The answer the binary rule accepts: `large_direct`, or on a climb that does not pay it the most expensive paid
     direct answer among the candidates."""
     top = [s for s in sorted(paid, key=lambda s: alias_rank(s[: -len("_direct")])) if s in strategies]
-    return LARGE_DIRECT if LARGE_DIRECT in strategies or not top else top[-1]
+    return top[-1] if top and LARGE_DIRECT not in paid else LARGE_DIRECT if LARGE_DIRECT in strategies else (
+        top[-1] if top else LARGE_DIRECT)
 
 
 def baseline_members(df: pd.DataFrame, candidates=None) -> list[Member]:

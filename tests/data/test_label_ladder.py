@@ -168,8 +168,19 @@ def test_two_models_as_a_ladder_are_the_pair():
     assert three.settings()["models"] == ["a", "m", "b"]
 
 
+def test_a_resolved_ladder_config_rebuilds_from_its_fields():
+    """What a Ray worker does: LabelConfig(**fields of the driver's config) is the same run."""
+    from dataclasses import fields
+
+    cfg = _cfg(models="a,m,b", transfer_pairs="small:mid", reason_models="mid", k_grid="2,4", reasoners=("mid=r",))
+    again = _cfg(**{f.name: getattr(cfg, f.name) for f in fields(cfg)})
+    assert again.settings() == cfg.settings() and again.strategies == cfg.strategies
+    assert cfg.strategies == ("small_direct", "mid_direct", "large_direct", "mid_reason", "transfer_small_mid_2",
+                              "transfer_small_mid_4", "transfer_small_mid_all")
+
+
 @pytest.mark.parametrize("kw, message", [
-    ({"small": "a", "large": "b", "models": ("a", "m", "b")}, r"^Pass the models either as --small/--large"),
+    ({"small": "x", "large": "b", "models": ("a", "m", "b")}, r"^Pass the models either as --small/--large"),
     ({"small": "a"}, r"^Name the models to label: --small A --large B"),
     ({"models": ("a",)}, r"^The `models` setting must list 2 to 10 models"),
     ({"models": ("a", "m", "b"), "reasoners": ("mid2=x",)}, r"^The `reasoners` setting names model 'mid2'"),

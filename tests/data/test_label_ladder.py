@@ -147,6 +147,23 @@ def test_the_cost_estimate_counts_calls_per_model_by_hand():
     assert served == {"small": 1, "large": 1 + 3}  # direct; a transfer = seed + two-stage + cold call
 
 
+def test_model_time_counts_each_call_once_worked_example():
+    """Two strategies share a prefix call c1 and a reasoning call c2 (one of them sees it truncated): 10 + 50 + 7 + 3."""
+    from types import SimpleNamespace
+
+    from routedvlm.data.labelling.estimate import model_ms
+
+    def rec(model, stage, ms, **kw):
+        return {"model": model, "stage": stage, "vision_ms": 0.0, "prefill_ms": 0.0, "decode_ms": ms, **kw}
+
+    prefix, full, cut = rec("mid", "mid_prefix", 10, call="c1"), rec("small", "small_reason", 50, call="c2"), \
+        rec("small", "small_reason", 20, call="c2", composed=True)
+    results = {"transfer_small_mid_2": SimpleNamespace(trace=[cut, prefix, rec("mid", "mid_transfer", 7, call="c3")]),
+               "transfer_small_mid_all": SimpleNamespace(trace=[full, prefix, rec("mid", "mid_transfer", 3, call="c4")])}
+    assert model_ms(results) == 70.0
+    assert model_ms(results, lambda model, r: 1.0 if model == "small" else 2.0) == 1 + 2 + 2 + 2
+
+
 def test_the_grid_is_printed_before_the_run_and_estimate_only_writes_nothing(world, tmp_path, capsys):
     out = tmp_path / "never.parquet"
     assert label(*ladder_args(world, out, "--estimate-only", "--limit", "2")) == 0

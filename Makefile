@@ -2,7 +2,7 @@
 # Both create .venv and install exactly the CPU lock requirements.txt (every package pinned, with hashes; torch is the
 # CPU build 2.13.0+cpu) with --no-deps, then `pip check`. `make lock` regenerates the locks from the *.in files.
 # GPU: `make gpu-env` (.venv-gpu, its own lock requirements-gpu.txt, CUDA torch), `make gpu-check`: docs/gpu.md.
-# Real vLLM: `make vllm-env` (.venv-vllm), `make vllm-up` / `make vllm-down` (toy pair servers), `make test-vllm`.
+# Real vLLM: `make vllm-env` (.venv-vllm), `make vllm-up` / `make vllm-down` (toy ladder servers: small, mid, large), `make test-vllm`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

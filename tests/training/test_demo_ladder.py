@@ -48,3 +48,26 @@ def test_the_table_names_the_best_pair_and_every_single_strategy(compared):
     text = table(compared)
     assert f"| {compared['best_pair']} (best pair) | yes |" in text
     assert "| mid_direct |" in text and "| transfer_mid_large_all |" in text
+
+
+def test_demo_ladder_refuses_too_few_samples_before_labelling_anything(tmp_path):
+    from routedvlm.errors import ConfigError
+    from routedvlm.training.demo.cli import main
+
+    with pytest.raises(ConfigError, match=r"^The `n_label` setting must be at least 80"):
+        main(["--ladder", "--n-label", "10", "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()
+
+
+def test_the_ladder_demo_needs_the_mid_checkpoint(tmp_path):
+    import shutil
+
+    from routedvlm.data.toyworld.make_labels import checkpoint_pair
+    from routedvlm.errors import ModelLoadError
+    from routedvlm.training.demo.ladder import ladder_checkpoints
+
+    assert [p.name for p in ladder_checkpoints()] == ["small", "mid", "large"]
+    for p in checkpoint_pair():
+        shutil.copytree(p, tmp_path / p.name)
+    with pytest.raises(ModelLoadError, match=r"^The toy ladder needs a `mid/` checkpoint .*--sides mid"):
+        ladder_checkpoints(tmp_path)

@@ -6,9 +6,12 @@ and level, then replays every certified policy on freshly labelled toy `eval` sa
 (`routedvlm.training.demo.ladder.compare_ladder`, the code `routedvlm demo --ladder` runs). Prints accuracy and mean
 latency side by side and the ladder / best-pair mean latency ratio (goal of issue 30: <= 0.85). `--labels` reuses
 labels written by an earlier run (`<out>/labels-label.parquet`, `<out>/labels-eval.parquet`): then only the
-training, certification and replay run again (e.g. at another target).
+training, certification and replay run again (e.g. at another target). Label files of earlier runs in `--out`
+(`labels-label-s<seed>.parquet`, `labels-eval.parquet`) are reused, so adding a `--label-seeds` value labels only
+the new samples.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --n-label 600 --n-eval 300 --min-accuracy 0.9
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --n-label 400 --label-seeds 0 1 --n-eval 200
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --labels runs/bench-ladder --min-accuracy 0.93
 """
 from __future__ import annotations
@@ -27,6 +30,8 @@ def _args(argv=None):
     p.add_argument("--min-accuracy", type=float, nargs="+", default=[0.9], help="certified accuracy target(s)")
     p.add_argument("--delta", type=float, default=0.1, help="Learn-then-Test level of each certificate")
     p.add_argument("--mode", default="one-shot", choices=("cascade", "one-shot"), help="router mode of every policy")
+    p.add_argument("--label-seeds", type=int, nargs="+", default=[0], help="label --n-label samples per generator "
+                   "seed (labels-label-s<seed>.parquet, kept and reused when present) and train on all of them")
     p.add_argument("--labels", default=None, help="reuse the labels of an earlier run in this folder")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -35,7 +40,7 @@ def _args(argv=None):
 def main(argv=None) -> int:
     import logging
 
-    from routedvlm.training.demo.ladder import LadderDemoConfig, compare_ladder, label_ladder, table
+    from routedvlm.training.demo.ladder import LadderDemoConfig, compare_ladder, concat_labels, label_ladder, table
 
     logging.basicConfig(level=logging.WARNING)
     args = _args(argv)
@@ -45,8 +50,15 @@ def main(argv=None) -> int:
     if args.labels:
         train, evl = Path(args.labels) / "labels-label.parquet", Path(args.labels) / "labels-eval.parquet"
     else:
-        train = label_ladder(cfg, "label", cfg.n_label, print)
-        evl = label_ladder(cfg, "eval", cfg.n_eval, print)
+        out = Path(args.out)
+        parts = [out / f"labels-label-s{seed}.parquet" for seed in args.label_seeds]
+        for seed, part in zip(args.label_seeds, parts):
+            if not part.exists():
+                label_ladder(cfg, "label", cfg.n_label, print, seed=seed, name=part.name)
+        train = concat_labels(parts, out / "labels-label.parquet")
+        evl = out / "labels-eval.parquet"
+        if not evl.exists():
+            evl = label_ladder(cfg, "eval", cfg.n_eval, print)
     results = []
     for target in args.min_accuracy:
         cfg.min_accuracy = target

@@ -74,8 +74,10 @@ def ladder_checkpoints(checkpoints=None) -> tuple[Path, ...]:
     return small, mid, large
 
 
-def label_ladder(cfg: LadderDemoConfig, split: str, n: int, say) -> Path:
-    """Label `n` toy `split` samples with the three-model ladder into `<out>/labels-<split>.parquet`."""
+def label_ladder(cfg: LadderDemoConfig, split: str, n: int, say, *, seed: int | None = None,
+                 name: str | None = None) -> Path:
+    """Label `n` toy `split` samples (generator seed `seed`, default cfg.seed) with the three-model ladder into
+    `<out>/<name>` (default `labels-<split>.parquet`)."""
     from routedvlm.data.labelling.config import LabelConfig
     from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, write_split
@@ -83,9 +85,9 @@ def label_ladder(cfg: LadderDemoConfig, split: str, n: int, say) -> Path:
     from .toy import _fresh
 
     out = Path(cfg.out)
-    labels = out / f"labels-{split}.parquet"
+    labels = out / (name or f"labels-{split}.parquet")
     _fresh(labels)
-    dataset = write_split(split, n, cfg.seed, out / "data")
+    dataset = write_split(split, n, cfg.seed if seed is None else seed, out / "data")
     label_cfg = LabelConfig(models=tuple(str(p) for p in ladder_checkpoints(cfg.checkpoints)), dataset=str(dataset),
                             out=str(labels), adapter="toyworld", k_grid=K_GRID, selector="prefix", device="cpu",
                             max_new_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS,
@@ -94,6 +96,20 @@ def label_ladder(cfg: LadderDemoConfig, split: str, n: int, say) -> Path:
     summary = run_labelling(label_cfg)
     say(f"{split}: {summary.line()} in {time.perf_counter() - t0:.0f} s")
     return labels
+
+
+def concat_labels(paths, out: Path) -> Path:
+    """One labels file of the rows of several ladder labels files (same models and grid; sample ids must differ)."""
+    import pandas as pd
+
+    from routedvlm.data.labels.schema import read_labels, write_labels
+
+    frames, metas = zip(*(read_labels(p) for p in paths))
+    df = pd.concat(frames, ignore_index=True)
+    if df["sample_id"].duplicated().any():
+        raise ConfigError(f"The labels files {[str(p) for p in paths]} share sample ids; label other seeds.")
+    meta = {k: v for k, v in metas[0].items() if k not in ("content_hash", "schema_version")}
+    return write_labels(df, out, {**meta, "concatenated_from": [Path(p).name for p in paths]})
 
 
 def policies(strategies) -> dict[str, list[str]]:

@@ -10,7 +10,7 @@ training, certification and replay run again (e.g. at another target). Label fil
 (`labels-label-s<seed>.parquet`, `labels-eval.parquet`) are reused, so adding a `--label-seeds` value labels only
 the new samples.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --n-label 600 --n-eval 300 --min-accuracy 0.9
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py      # 400 + 200 samples, cascade, targets 0.85 0.88
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --n-label 400 --label-seeds 0 1 --n-eval 200
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_ladder.py --labels runs/bench-ladder --min-accuracy 0.93
 """
@@ -25,11 +25,12 @@ from pathlib import Path
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/bench-ladder", help="folder for labels, routers and result.json")
-    p.add_argument("--n-label", type=int, default=600, help="toy `label` samples to label, train and certify on")
-    p.add_argument("--n-eval", type=int, default=300, help="fresh toy `eval` samples the policies are replayed on")
-    p.add_argument("--min-accuracy", type=float, nargs="+", default=[0.9], help="certified accuracy target(s)")
+    p.add_argument("--n-label", type=int, default=400, help="toy `label` samples to label, train and certify on")
+    p.add_argument("--n-eval", type=int, default=200, help="fresh toy `eval` samples the policies are replayed on")
+    p.add_argument("--min-accuracy", type=float, nargs="+", default=[0.85, 0.88], help="certified accuracy target(s)")
     p.add_argument("--delta", type=float, default=0.1, help="Learn-then-Test level of each certificate")
-    p.add_argument("--mode", default="one-shot", choices=("cascade", "one-shot"), help="router mode of every policy")
+    p.add_argument("--calib-fraction", type=float, default=0.4, help="share of the labelled rows that certify")
+    p.add_argument("--mode", default="cascade", choices=("cascade", "one-shot"), help="router mode of every policy")
     p.add_argument("--label-seeds", type=int, nargs="+", default=[0], help="label --n-label samples per generator "
                    "seed (labels-label-s<seed>.parquet, kept and reused when present) and train on all of them")
     p.add_argument("--labels", default=None, help="reuse the labels of an earlier run in this folder")
@@ -46,7 +47,8 @@ def main(argv=None) -> int:
     args = _args(argv)
     t0 = time.perf_counter()
     cfg = LadderDemoConfig(out=args.out, n_label=args.n_label, n_eval=args.n_eval, min_accuracy=args.min_accuracy[0],
-                           delta=args.delta, mode=args.mode, seed=args.seed, progress=False)
+                           delta=args.delta, mode=args.mode, seed=args.seed, progress=False,
+                           calib_fraction=args.calib_fraction)
     if args.labels:
         train, evl = Path(args.labels) / "labels-label.parquet", Path(args.labels) / "labels-eval.parquet"
     else:

@@ -49,10 +49,10 @@ def _parser() -> argparse.ArgumentParser:
             shown = f" (default {f.default})" if f.default not in (None, MISSING) else ""
             p.add_argument(flag, type=conv, default=f.default, help=f.metadata["help"] + shown)
     g = p.add_argument_group("--ladder: the three-model toy ladder against its best two-model pair")
-    g.add_argument("--ladder", action="store_true", help="run the ladder demo (600 label + 300 eval samples; --quick "
+    g.add_argument("--ladder", action="store_true", help="run the ladder demo (400 label + 200 eval samples; --quick "
                    "120 + 60; --n-label, --n-eval, --min-accuracy, --delta, --seed, --checkpoints, --out apply)")
-    g.add_argument("--ladder-mode", default="one-shot", choices=("cascade", "one-shot"),
-                   help="router mode of every ladder / pair policy (default one-shot)")
+    g.add_argument("--ladder-mode", default="cascade", choices=("cascade", "one-shot"),
+                   help="router mode of every ladder / pair policy (default cascade)")
     r = p.add_argument_group("--random: tiny random-weight models (mechanics only)")
     r.add_argument("--random", action="store_true", help="run every strategy on a tiny random VLM pair instead")
     r.add_argument("--workdir", type=pathlib.Path, default=None, help="where to build the tiny models (default: a temp dir)")

@@ -48,6 +48,14 @@ def test_a_ladder_writes_schema_version_2_with_every_strategy(ladder_run):
     assert (ok["latency_ms__escalate_small_mid_2"] < ok["latency_ms__transfer_small_mid_2"]).all()
 
 
+def test_the_aliases_of_a_labels_set(ladder_run):
+    from routedvlm.data.labels import ladder_of, read_labels, schema_version_for
+
+    df, meta = read_labels(ladder_run)
+    assert ladder_of(meta) == ("small", "mid", "large") == ladder_of({}, df)
+    assert ladder_of({}) == ("small", "large") and schema_version_for({}) == 1 and schema_version_for(meta) == 2
+
+
 def test_ladder_features_are_per_model_and_pairwise(ladder_run):
     from routedvlm.data.labels.schema import read_labels
 

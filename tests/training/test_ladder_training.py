@@ -141,3 +141,29 @@ def test_one_shot_ladder_policy_pays_nothing(ladder_labels, tmp_path):
     assert not [r for r in result.evaluation["rows"] if r["kind"] == "pair"]
     assert "ladder_vs_pairs" not in result.evaluation
     assert next_action(result.router, result.test.iloc[0].to_dict(), []).kind == "answer"
+
+
+def test_self_probe_on_a_ladder_pays_the_top_models_direct_pass(ladder_labels):
+    from routedvlm.training.probe.self_probe import with_large_direct
+
+    df, _ = ladder_labels
+    assert with_large_direct(["small_direct", "mid_direct"], df) == ["small_direct", "mid_direct", "large_direct"]
+    assert with_large_direct(["mid_direct", "large_direct"], df) == ["mid_direct", "large_direct"]
+    assert with_large_direct([], df) == []  # one-shot: refused later by the trainer, nothing added here
+
+
+def test_self_probe_router_asks_for_large_direct_on_a_climb(ladder_labels):
+    import numpy as np
+
+    from routedvlm.router import Policy
+    from routedvlm.router.ladder import stages_to_pay
+    from routedvlm.router.self_probe import SelfProbeRouter
+
+    strategies = ["small_direct", "mid_direct", "large_direct"]
+    policy = Policy(router_type="self-probe", strategies=strategies, ladder=list(LADDER), mode="cascade",
+                    paid_stages=["small_direct", "mid_direct"], features=["feat__mid_direct__logprob_mean"],
+                    fallback="large_direct", params={"hidden": {"layers": [1], "position": "all_mean", "size": 2}})
+    head = {"weight": np.zeros((3, 3)), "bias": np.zeros(3), "mean": np.zeros(3), "std": np.ones(3)}
+    router = SelfProbeRouter(policy, head)
+    assert stages_to_pay(router) == ["small_direct", "mid_direct", "large_direct"]
+    assert next_action(router, {}, ["small_direct", "mid_direct"]).stage == "large_direct"

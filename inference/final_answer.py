@@ -10,12 +10,14 @@ from __future__ import annotations
 
 def answer_side(pipeline, result):
     """(the VLM that made the final answer call, "direct" or "reason")."""
-    strategy = result.strategy
-    if strategy.endswith("_reason"):
-        side = pipeline.small if strategy == "small_reason" else pipeline.large
+    from routedvlm.router.strategies import parse_strategy
+
+    strat = parse_strategy(result.strategy)
+    side = pipeline.sides.get(strat.model, pipeline.large)
+    if strat.mode == "reason":
         one_call = result.generation is result.reasoning_generation
         return side.reasoning_side(), "reason" if one_call else "direct"
-    return (pipeline.small if strategy == "small_direct" else pipeline.large), "direct"
+    return side, "direct"
 
 
 def usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:

@@ -147,7 +147,7 @@ class CollaborativePipeline:
         """The image+question prefix of model `alias` (`ModelSide.large_prompt`), kept for its direct answer, the
         transfers it answers and `escalate`."""
         side = self.sides[alias]
-        return side.large_prompt(req, self.config) if alias == LARGE else side.large_prompt(req, self.config, side=alias)
+        return side.large_prompt(req, self.config) if alias == LARGE else _as(side, "large_prompt", alias)(req, self.config)
 
     def target_direct(self, req, lp, alias: str = LARGE) -> Result:
         """`<alias>_direct` answered from that model's prefix `lp` (`target_prompt`), kept for `escalate`."""
@@ -186,7 +186,7 @@ class CollaborativePipeline:
             if lp is None:  # one-stage, cold: the answering model encodes image + question + kept tokens at once
                 question = side.prompts.transfer_question(req.question, kept)
                 args = (req, question, stage, self.config)
-                gen, ans, rec = side.answer_prompt(*args) if target == LARGE else side.answer_prompt(*args, side=target)
+                gen, ans, rec = side.answer_prompt(*args) if target == LARGE else _as(side, "answer_prompt", target)(*args)
             else:
                 gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
         pre = [] if lp is None or base_trace else [dict(lp.prefix_record)]
@@ -254,6 +254,22 @@ class CollaborativePipeline:
         ids = list(strategies) if strategies is not None else self.default_strategies()
         strats = [self.check_strategy(s) for s in ids]
         return SharedRun(self, make_request(image, question, messages)).run(strats)
+
+
+def _as(side, method: str, alias: str):
+    """`side.<method>` answering as model `alias` (its `side=` parameter); a clear error for a side written before
+    ladders, whose method takes none."""
+    import functools
+    import inspect
+
+    fn = getattr(side, method)
+    params = inspect.signature(fn).parameters
+    if "side" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise InputError(f"{side.name!r} cannot answer as {alias!r} on a ladder: its `{method}` takes no `side` "
+                         f"parameter. Add `side: str = \"large\"` to {type(side).__name__}.{method} (ModelSide's "
+                         "signature) and name its records' model by it, or use this side only as the cheapest or the "
+                         "most expensive model.")
+    return functools.partial(fn, side=alias)
 
 
 def _direct_alias(result) -> str | None:

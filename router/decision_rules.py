@@ -169,9 +169,10 @@ def rule_problems(rule, strategies) -> list[str]:
         out.append(f"`rule['keep_tokens']` must be a positive integer or None (all). Got {k!r}.")
     elif name == "mutual-verification" and is_strategy(rule.get("escalate")):
         st = parse_strategy(rule["escalate"])
-        if not st.is_transfer or st.keep_tokens != k:
-            out.append(f"`rule['escalate']` of a mutual-verification rule keeping {k} tokens must be a transfer of "
-                       f"{k if k is not None else 'all'} tokens such as {transfer_id(k)!r}. Got {rule.get('escalate')!r}.")
+        expected = transfer_id(k, st.source, st.model) if st.is_transfer else transfer_id(k)
+        if rule["escalate"] != expected:
+            out.append(f"`rule['escalate']` of a mutual-verification rule keeping {k} tokens must be {expected!r}. "
+                       f"Got {rule.get('escalate')!r}.")
         elif rule.get("accept") != f"{st.model}_direct":
             out.append(f"`rule['accept']` of a mutual-verification rule escalating to {st.id!r} must be "
                        f"{st.model + '_direct'!r} (the answer the transfer replaces). Got {rule.get('accept')!r}.")

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
             best = res["policies"][res["best_pair"]]
             print(f"\nladder: acc {lad['accuracy']:.3f}, {lad['mean_latency_ms']:.1f} ms | best pair {res['best_pair']}: "
                   f"acc {best['accuracy']:.3f}, {best['mean_latency_ms']:.1f} ms | latency ratio {ratio:.3f} "
-                  f"({100 * (1 - ratio):+.1f} % lower; goal >= 15 %)")
+                  f"({abs(100 * (1 - ratio)):.1f} % {'lower' if ratio <= 1 else 'higher'}; goal: >= 15 % lower)")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "result.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; wrote {args.out}/result.json")

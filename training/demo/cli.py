@@ -170,7 +170,7 @@ def _ladder(args) -> None:
     ratio = res["latency_ratio_ladder_vs_best_pair"]
     if ratio is not None:
         print(f"\nladder vs best pair ({res['best_pair']}): mean latency ratio {ratio:.3f} "
-              f"({100 * (1 - ratio):+.1f} % lower)")
+              f"({abs(100 * (1 - ratio)):.1f} % {'lower' if ratio <= 1 else 'higher'})")
     print(f"\nwrote {out}/table.md and {out}/table.json")
 
 

@@ -8,14 +8,20 @@ part), `completion_tokens` its output (reasoning included, like vLLM and OpenAI)
 """
 from __future__ import annotations
 
+from routedvlm.router.strategies import parse_strategy
+
+from .pipeline_parts import pipeline_sides
+
+
 def answer_side(pipeline, result):
-    """(the VLM that made the final answer call, "direct" or "reason")."""
-    strategy = result.strategy
-    if strategy.endswith("_reason"):
-        side = pipeline.small if strategy == "small_reason" else pipeline.large
+    """(the VLM that made the final answer call, "direct" or "reason"): the side of the strategy's answering model
+    (`Strategy.model`, an alias of the ladder)."""
+    strat = parse_strategy(result.strategy)
+    side = pipeline_sides(pipeline)[strat.model]
+    if strat.mode == "reason":
         one_call = result.generation is result.reasoning_generation
         return side.reasoning_side(), "reason" if one_call else "direct"
-    return (pipeline.small if strategy == "small_direct" else pipeline.large), "direct"
+    return side, "direct"
 
 
 def usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:

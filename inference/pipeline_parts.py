@@ -1,5 +1,5 @@
 """The pipeline's settings (`PipelineConfig`), its output (`Result`, with the `Handoff` its later stages continue
-from) and the two-device concurrency helper."""
+from), the two-device concurrency helper and `pipeline_sides` (alias -> side of any pipeline)."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -104,3 +104,9 @@ def parallel(jobs: dict, concurrent: bool) -> dict:
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in jobs.items()}
         return {name: fut.result() for name, fut in futures.items()}
+
+
+def pipeline_sides(pipeline) -> dict:
+    """alias -> side of a pipeline, cheapest first (`pipeline.sides`; a pipeline without it is the pair)."""
+    sides = getattr(pipeline, "sides", None)
+    return dict(sides) if sides else {"small": pipeline.small, "large": pipeline.large}

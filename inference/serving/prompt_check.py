@@ -22,8 +22,10 @@ JOINER = "\u2060"
 
 def served_sides(routed) -> list:
     """The sides of a RoutedVLM (answerers and reasoners), each once."""
+    from ..pipeline_parts import pipeline_sides
+
     out = []
-    for vlm in (routed.pipeline.small, routed.pipeline.large):
+    for vlm in pipeline_sides(routed.pipeline).values():
         for side in (vlm, vlm.reasoner):
             if side is not None and all(side is not s for s in out):
                 out.append(side)

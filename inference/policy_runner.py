@@ -155,8 +155,10 @@ class PolicyRunner:
         if strategy in ran:
             return ran[strategy]
         strat = parse_strategy(strategy)
-        if strat.is_transfer and LARGE_DIRECT in ran:
-            return self.pipeline.escalate(ran[LARGE_DIRECT], strat.keep_tokens)
+        paid = ran.get(f"{strat.model}_direct")
+        if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
+            pair = (strat.source, strat.model) == ("small", "large")
+            return self.pipeline.escalate(paid, strat.keep_tokens, **({} if pair else {"source": strat.source}))
         return self.pipeline.run_strategy(req, strat)
 
 

@@ -1,5 +1,7 @@
 """RoutedVLM over a list of models, cheapest first: the list form of from_pretrained (a list of two is the pair), its
 errors, and a ladder of three on the shipped toy checkpoints (the large one used twice, as `mid` and `large`)."""
+from pathlib import Path
+
 import pytest
 
 from routedvlm.errors import ConfigError
@@ -39,3 +41,90 @@ def test_model_lists_that_are_not_ladders_are_clear_errors(tiny_pair):
         load_sides([small, None, 3])
     with pytest.raises(ConfigError, match=r"^A ladder of models must be a list .* Got 'one/path'\.$"):
         load_sides("one/path")
+
+
+# ---- a ladder of three on the shipped toy checkpoints: the large one serves as `mid` too, so every `mid` answer must
+# equal the large model's answer of the pair (a hand-checkable oracle for the runtime, whatever the toy world ships) ----
+TOY = Path(__file__).resolve().parents[2] / "data" / "toyworld" / "checkpoints"
+TOY_KW = dict(max_direct_tokens=8, max_reason_tokens=48, device="cpu")
+TOY_Q = "How many red boxes are there?"
+
+
+@pytest.fixture(scope="module")
+def toy_ladder():
+    from routedvlm.inference.routed import RoutedVLM
+
+    return RoutedVLM.from_pretrained([TOY / "small", TOY / "large", TOY / "large"], "mid_direct", **TOY_KW)
+
+
+@pytest.fixture(scope="module")
+def toy_pair(toy_ladder):
+    from routedvlm.inference import CollaborativePipeline
+
+    pipe = toy_ladder.pipeline
+    return CollaborativePipeline(pipe.sides["small"], pipe.sides["large"], config=pipe.config)
+
+
+def _with(ladder, router):
+    from routedvlm.inference.routed import RoutedVLM
+
+    return RoutedVLM(ladder.pipeline, router)
+
+
+def test_a_ladder_of_three_runs_the_mid_model_and_names_it(toy_ladder, toy_pair, images):
+    assert toy_ladder.pipeline.aliases == ("small", "mid", "large")
+    assert repr(toy_ladder).startswith("RoutedVLM(small=")
+    assert ", mid=" in repr(toy_ladder)
+    out = toy_ladder(image=images["square"], question=TOY_Q)
+    assert out.strategy == "mid_direct" and out.models == ["mid"] and out.answer_model == "mid"
+    assert {r["model"] for r in out.trace if r["stage"] != "decision"} == {"mid"}
+    assert out.text == toy_pair.run(images["square"], TOY_Q, "large_direct").answer
+    assert out.to_dict()["models"] == ["mid"]
+
+
+@pytest.mark.parametrize("strategy, models, same_as", [
+    ("transfer_small_mid_8", ["small", "mid"], "transfer_8"),
+    ("mid_reason", ["mid"], "large_reason"),
+    ("transfer_8", ["small", "large"], "transfer_8"),
+])
+def test_ladder_strategies_run_the_models_they_name(toy_ladder, toy_pair, images, strategy, models, same_as):
+    out = _with(toy_ladder, strategy)(image=images["wide"], question=TOY_Q)
+    assert out.strategy == strategy and out.models == models and out.answer_model == models[-1]
+    assert out.text == toy_pair.run(images["wide"], TOY_Q, same_as).answer
+
+
+def _ladder_cascade(strategy):
+    """A cascade router of the ladder: pays small_direct and mid_direct (its agreement feature), then picks
+    `strategy`. (A fake until policy.json v3 ladder policies land: the pair policy it starts from is re-pointed.)"""
+    import numpy as np
+    import pandas as pd
+
+    from routedvlm.router import Policy, Router
+
+    class Climb(Router):
+        def predict_proba(self, features):
+            return pd.DataFrame({strategy: np.ones(len(features))}, index=features.index)
+
+    policy = Policy(router_type="test-ladder-cascade", mode="cascade", strategies=[strategy], paid_stages=["large_direct"],
+                    features=["feat__prompt__question_chars"], fallback=strategy)
+    router = Climb(policy)
+    policy.paid_stages, policy.features = ["small_direct", "mid_direct"], ["feat__mid_direct+small_direct__agree"]
+    policy.ladder = ("small", "mid", "large")
+    return router
+
+
+def test_a_ladder_cascade_pays_its_direct_stages_cheapest_first_then_escalates(toy_ladder, toy_pair, images):
+    out = _with(toy_ladder, _ladder_cascade("transfer_small_mid_8"))(image=images["tall"], question=TOY_Q)
+    stages = [(r["stage"], r["model"]) for r in out.trace]
+    assert stages[:4] == [("small_direct", "small"), ("mid_prefix", "mid"), ("mid_direct", "mid"), ("decision", None)]
+    assert stages[-1] == ("escalate", "mid") and [s for s, _ in stages].count("mid_prefix") == 1
+    assert out.trace[-1]["vision_ms"] == 0 and out.trace[-1]["cached_tokens"] > 0  # mid continued its paid prefix
+    assert set(out.decision["features"]) == {"feat__mid_direct+small_direct__agree"}
+    assert out.models == ["small", "mid"] and out.answer_model == "mid"
+    assert out.text == toy_pair.run(images["tall"], TOY_Q, "transfer_8").answer
+
+
+def test_a_ladder_cascade_accepts_a_paid_answer_without_running_more(toy_ladder, toy_pair, images):
+    out = _with(toy_ladder, _ladder_cascade("mid_direct"))(image=images["square"], question=TOY_Q)
+    assert [r["stage"] for r in out.trace] == ["small_direct", "mid_prefix", "mid_direct", "decision"]
+    assert out.models == ["small", "mid"] and out.text == toy_pair.run(images["square"], TOY_Q, "large_direct").answer

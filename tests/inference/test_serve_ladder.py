@@ -2,6 +2,7 @@
 headers / `/metrics` naming the models that ran (worked on the pair in process; ladders: test_routed_ladder.py)."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from routed_helpers import expected_route, save_prompt_router
@@ -120,3 +121,79 @@ def test_plain_model_ids_follow_the_pipeline_s_aliases(tiny_pair, make_pipeline)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     with pytest.raises(ConfigError, match=r"^The served model name must differ from the plain models' ids"):
         create_app(routed, served_model="small")
+
+
+# ---- `routedvlm serve --model x3` on the shipped toy checkpoints (the large one twice: `mid` answers as `large`), and
+# a RoutedVLM over that server's three plain models: a ladder of OpenAI-compatible endpoints ----
+TOY = Path(__file__).resolve().parents[2] / "data" / "toyworld" / "checkpoints"
+TOY_FLAGS = ["--max-direct-tokens", "8", "--max-reason-tokens", "48", "--device", "cpu", "--threads", "1"]
+TOY_Q = "How many red boxes are there?"
+
+
+@pytest.fixture(scope="module")
+def served_ladder(tmp_path_factory):
+    from serve_helpers import KEY, serve_process
+
+    root = tmp_path_factory.mktemp("serve-ladder")
+    args = ["--model", str(TOY / "small"), "--model", str(TOY / "large"), "--model", str(TOY / "large"),
+            "--router", "transfer_small_mid_8", "--api-key", KEY, "--log-level", "warning", *TOY_FLAGS]
+    with serve_process(args, root / "server.log") as (url, proc):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def toy_pair():
+    from routedvlm.inference import VLM, CollaborativePipeline
+
+    small, large = (VLM.from_pretrained(TOY / name, device="cpu") for name in ("small", "large"))
+    return CollaborativePipeline(small, large, max_direct_tokens=8, max_reason_tokens=48)
+
+
+def test_serve_a_ladder_lists_and_answers_every_model_by_alias(served_ladder, toy_pair, images):
+    import httpx
+    from serve_helpers import KEY, post
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    ids = [m["id"] for m in httpx.get(f"{served_ladder}/v1/models", headers=auth).json()["data"]]
+    assert ids == ["routedvlm", "small", "mid", "large"]
+    routed = post(served_ladder, {"model": "routedvlm", "messages": user(images["square"], TOY_Q)})
+    assert routed.status_code == 200 and routed.headers["x-routedvlm-strategy"] == "transfer_small_mid_8"
+    assert (routed.headers["x-routedvlm-models"], routed.headers["x-routedvlm-answer-model"]) == ("small,mid", "mid")
+    assert routed.json()["choices"][0]["message"]["content"] == toy_pair.run(images["square"], TOY_Q, "transfer_8").answer
+    mid = post(served_ladder, {"model": "mid", "messages": user(images["square"], TOY_Q), "max_tokens": 8,
+                               "chat_template_kwargs": {"enable_thinking": False}})
+    assert mid.status_code == 200 and mid.headers["x-routedvlm-answer-model"] == "mid"
+    assert mid.json()["choices"][0]["message"]["content"] == toy_pair.run(images["square"], TOY_Q, "large_direct").answer
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(httpx.get(f"{served_ladder}/metrics").text) for s in f.samples}
+    assert samples[("routedvlm_model_runs_total", (("model", "mid"),))] == 2
+    assert samples[("routedvlm_model_runs_total", (("model", "small"),))] == 1
+    assert samples[("routedvlm_answers_total", (("model", "mid"),))] == 2
+    assert ("routedvlm_model_runs_total", (("model", "large"),)) not in samples
+
+
+@pytest.mark.parametrize("strategy, same_as", [("mid_direct", "large_direct"), ("transfer_small_mid_8", "transfer_8"),
+                                               ("small_direct", "small_direct")])
+def test_a_ladder_of_openai_compatible_endpoints(served_ladder, toy_pair, images, monkeypatch, strategy, same_as):
+    from fastapi.testclient import TestClient
+    from serve_helpers import KEY
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.inference.serving.server import create_app
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    url = f"{served_ladder}/v1"
+    remote = RoutedVLM.from_pretrained([f"{url}#small", f"{url}#mid", f"{url}#large"], strategy,
+                                       max_direct_tokens=8, max_reason_tokens=48)
+    assert remote.pipeline.aliases == ("small", "mid", "large") and not hasattr(remote.lock, "acquire")
+    assert remote.pipeline.sides["mid"].name == f"{url}#mid"
+    with TestClient(create_app(remote)) as http:
+        r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["wide"], TOY_Q)})
+    assert r.status_code == 200 and r.headers["x-routedvlm-strategy"] == strategy
+    models = {"mid_direct": "mid", "transfer_small_mid_8": "small,mid", "small_direct": "small"}[strategy]
+    assert r.headers["x-routedvlm-models"] == models and r.headers["x-routedvlm-answer-model"] == models.split(",")[-1]
+    trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
+    assert all(t["remote"] for t in trace) and ",".join(dict.fromkeys(t["model"] for t in trace)) == models
+    assert r.json()["choices"][0]["message"]["content"] == toy_pair.run(images["wide"], TOY_Q, same_as).answer

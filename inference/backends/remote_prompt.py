@@ -27,19 +27,19 @@ from ..stages import record
 class RemotePrompt:
     """The image+question prefix of one request on the large model's server (see the module docstring)."""
 
-    def __init__(self, vlm, request, cfg):
-        self.vlm, self.request, self.cfg = vlm, request, cfg
+    def __init__(self, vlm, request, cfg, side: str = "large"):
+        self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
         self.direct_record, self._namespaces = None, 0
-        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _empty(), remote=True)
+        self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _empty(), remote=True)
 
     def transfer_text(self, reasoning: str) -> str:
         return self.vlm.prompts.transfer_question(self.request.question, reasoning)
 
     def answer(self, text: str, stage: str, *, restore_rope: bool = True, salt: str | None = None):
         """One request (`text` = the question or the transfer question): (generation, answer, record)."""
-        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, salt=salt)
-        if stage == "large_direct":
+        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, self.side, salt=salt)
+        if stage == f"{self.side}_direct":
             self.direct_record = rec
         elif self.direct_record is not None and self.vlm.require_prefix_cache:
             self._check_reuse(rec, stage)
@@ -51,11 +51,13 @@ class RemotePrompt:
         if base is not None:
             self._namespaces += 1
             salt = f"{base}-k{self._namespaces}"
-            self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt, max_tokens=1)
-        gen, ans, rec = self.answer(text, "large_transfer", salt=salt)
+            self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
+                                   salt=salt, max_tokens=1)
+        gen, ans, rec = self.answer(text, f"{self.side}_transfer", salt=salt)
         cold_ms = None
         if self.vlm.measure_cold and base is not None:
-            cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
+            cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold", self.cfg,
+                                                              self.side)
             cold_ms = _ms(cold_rec)
             if cold_ans != ans:
                 rec["cold_answer"] = cold_ans
@@ -66,7 +68,7 @@ class RemotePrompt:
             extra["image_tokens"] = rec["image_tokens"]
         if cold_ms is not None:
             extra["cold_ms"] = round(cold_ms, 3)
-        return gen, ans, [record("large_prefix", "large", self.vlm, "prefix", prefix, **extra), rec]
+        return gen, ans, [record(f"{self.side}_prefix", self.side, self.vlm, "prefix", prefix, **extra), rec]
 
     def _check_reuse(self, rec: dict, stage: str) -> None:
         url, model = self.vlm.client.base_url, self.vlm.model_id

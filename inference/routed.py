@@ -32,13 +32,32 @@ __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "p
 
 
 def attach_router(router, pipeline):
-    """Let `router` check the pipeline it will run on (`router.attach`) and switch on what it reads at run time:
-    the large model's hidden-state capture for a router with `hidden_layers` (the self-probe)."""
+    """Check that `router`'s strategies and stages run only models of the pipeline's ladder, let it check the
+    pipeline it will run on (`router.attach`) and switch on what it reads at run time: the large model's hidden-state
+    capture for a router with `hidden_layers` (the self-probe)."""
+    check_ladder_fits(router, pipeline)
     router.attach(pipeline)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)
     return router
+
+
+def check_ladder_fits(router, pipeline) -> None:
+    """ConfigError unless every model `router` may run (its strategies, the stages it pays) is on `pipeline`'s ladder.
+    A pair's router runs on any ladder (its `small` and `large` are the ends)."""
+    from routedvlm.router.strategies import parse_strategy
+
+    have = list(pipeline_sides(pipeline))
+    policy = router.policy
+    used = {m for s in [*policy.strategies, *router.required_stages] for m in parse_strategy(s).models}
+    missing = sorted(used - set(have))
+    if missing:
+        ladder = getattr(policy, "ladder", None)
+        made = f" (it was trained for the ladder {list(ladder)})" if ladder else ""
+        raise ConfigError(f"The router runs model(s) {missing}{made}, but this RoutedVLM's models are {have}. Load it "
+                          f"with {len(ladder) if ladder else 'more'} models, cheapest first, or use a router of this "
+                          "ladder.")
 
 
 def _load_fallback(fallback):
@@ -82,6 +101,10 @@ class RoutedVLM:
 
         self.pipeline = pipeline
         self.fallback = _load_fallback(fallback)
+        try:
+            check_ladder_fits(self.fallback, pipeline)
+        except ConfigError as exc:
+            raise ConfigError(f"The `fallback` parameter of RoutedVLM must run on this RoutedVLM's models: {exc}") from None
         self.router, self.router_error = None, None
         template = None
         try:
@@ -195,10 +218,12 @@ class RoutedVLM:
         return None if self.auditor is None else self.auditor.monitor.snapshot()
 
     def health(self) -> dict:
-        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts."""
+        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts; `models`:
+        alias -> name of every model of the ladder, cheapest first."""
         router = self.active_router
         state = {"router_type": router.policy.router_type, "mode": router.policy.mode,
-                 "router_fallback": self.router is None, **self.runner.health.snapshot()}
+                 "router_fallback": self.router is None, **self.runner.health.snapshot(),
+                 "models": {alias: side.name for alias, side in pipeline_sides(self.pipeline).items()}}
         return state if self.auditor is None else {**state, "audit": self.audit_status()}
 
     def __repr__(self) -> str:

@@ -128,3 +128,19 @@ def test_a_ladder_cascade_accepts_a_paid_answer_without_running_more(toy_ladder,
     out = _with(toy_ladder, _ladder_cascade("mid_direct"))(image=images["square"], question=TOY_Q)
     assert [r["stage"] for r in out.trace] == ["small_direct", "mid_prefix", "mid_direct", "decision"]
     assert out.models == ["small", "mid"] and out.text == toy_pair.run(images["square"], TOY_Q, "large_direct").answer
+
+
+def test_a_router_of_models_the_ladder_lacks_falls_back_and_health_names_the_models(tiny_pair, make_pipeline, images):
+    from routedvlm.inference.routed import RoutedVLM
+
+    pair = make_pipeline(*tiny_pair)
+    vlm = RoutedVLM(pair, "transfer_small_mid_8", fallback="large_direct")
+    assert vlm.router is None and vlm.router_error == (
+        "ConfigError: The router runs model(s) ['mid'], but this RoutedVLM's models are ['small', 'large']. Load it "
+        "with more models, cheapest first, or use a router of this ladder.")
+    out = vlm(image=images["square"], question=Q)
+    assert out.fallback and out.strategy == "large_direct" and out.models == ["large"]
+    assert vlm.health()["models"] == {"small": tiny_pair[0].name, "large": tiny_pair[1].name}
+    with pytest.raises(ConfigError, match=r"^The `fallback` parameter of RoutedVLM must run on this RoutedVLM's models: "
+                                          r"The router runs model\(s\) \['mid'\]"):
+        RoutedVLM(pair, "large_direct", fallback="mid_direct")

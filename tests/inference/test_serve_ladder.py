@@ -1,5 +1,6 @@
 """`routedvlm serve` with a ladder of models: `--model` repeated (cheapest first), plain models named by alias, and the
 headers / `/metrics` naming the models that ran (worked on the pair in process; ladders: test_routed_ladder.py)."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,14 @@ def toy_pair():
     return CollaborativePipeline(small, large, max_direct_tokens=8, max_reason_tokens=48)
 
 
+def _scrape(url) -> dict:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text) for s in f.samples}
+
+
 def test_serve_a_ladder_lists_and_answers_every_model_by_alias(served_ladder, toy_pair, images):
     import httpx
     from serve_helpers import KEY, post
@@ -156,22 +165,30 @@ def test_serve_a_ladder_lists_and_answers_every_model_by_alias(served_ladder, to
     auth = {"Authorization": f"Bearer {KEY}"}
     ids = [m["id"] for m in httpx.get(f"{served_ladder}/v1/models", headers=auth).json()["data"]]
     assert ids == ["routedvlm", "small", "mid", "large"]
+    before = _scrape(served_ladder)
     routed = post(served_ladder, {"model": "routedvlm", "messages": user(images["square"], TOY_Q)})
     assert routed.status_code == 200 and routed.headers["x-routedvlm-strategy"] == "transfer_small_mid_8"
     assert (routed.headers["x-routedvlm-models"], routed.headers["x-routedvlm-answer-model"]) == ("small,mid", "mid")
-    assert routed.json()["choices"][0]["message"]["content"] == toy_pair.run(images["square"], TOY_Q, "transfer_8").answer
+    answer = toy_pair.run(images["square"], TOY_Q, "transfer_8").answer
+    assert routed.json()["choices"][0]["message"]["content"] == answer
     mid = post(served_ladder, {"model": "mid", "messages": user(images["square"], TOY_Q), "max_tokens": 8,
                                "chat_template_kwargs": {"enable_thinking": False}})
     assert mid.status_code == 200 and mid.headers["x-routedvlm-answer-model"] == "mid"
     assert mid.json()["choices"][0]["message"]["content"] == toy_pair.run(images["square"], TOY_Q, "large_direct").answer
-    from prometheus_client.parser import text_string_to_metric_families
+    body = {"model": "routedvlm", "stream": True, "messages": user(images["square"], TOY_Q)}
+    with httpx.stream("POST", f"{served_ladder}/v1/chat/completions", json=body, headers=auth, timeout=120) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert (r.headers["x-routedvlm-models"], r.headers["x-routedvlm-answer-model"]) == ("small,mid", "mid")
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == answer
+    after = _scrape(served_ladder)
 
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(httpx.get(f"{served_ladder}/metrics").text) for s in f.samples}
-    assert samples[("routedvlm_model_runs_total", (("model", "mid"),))] == 2
-    assert samples[("routedvlm_model_runs_total", (("model", "small"),))] == 1
-    assert samples[("routedvlm_answers_total", (("model", "mid"),))] == 2
-    assert ("routedvlm_model_runs_total", (("model", "large"),)) not in samples
+    def grew(name, model):
+        key = (name, (("model", model),))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert [grew("routedvlm_model_runs_total", m) for m in ("small", "mid", "large")] == [2, 3, 0]
+    assert [grew("routedvlm_answers_total", m) for m in ("small", "mid", "large")] == [0, 3, 0]
 
 
 @pytest.mark.parametrize("strategy, same_as", [("mid_direct", "large_direct"), ("transfer_small_mid_8", "transfer_8"),

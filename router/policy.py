@@ -6,6 +6,10 @@ A file written by a newer routedvlm (higher `format_version`) is refused with a 
 Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py), the
 decision `rule` (decision_rules.py) and its `certificate`; version-1 files keep loading (as the tau-rule at `tau`).
 `prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
+Format version 3 adds `ladder`: the model aliases the router's strategies run on (`router/strategies.py`
+`ladder_aliases`, cheapest first); version 1 and 2 files read as the pair ('small', 'large'). On a pair `paid_stages`
+keeps its two shapes ([large_direct] or [large_direct, small_direct]); on a ladder of more than two models a cascade
+pays any distinct `<m>_direct` stages of the ladder, cheapest first (it climbs the ladder; router/ladder.py).
 """
 from __future__ import annotations
 
@@ -19,9 +23,11 @@ from pathlib import Path
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
-from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
+from .strategies import (LARGE, LARGE_DIRECT, SMALL, SMALL_DIRECT, alias_rank, check_ladder, feature_stages,
+                         is_alias, parse_strategy)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+PAIR = [SMALL, LARGE]
 POLICY_FILE = "policy.json"
 MAX_POLICY_BYTES = 64 << 20  # a policy.json beyond this is not one train-router wrote
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -44,6 +50,9 @@ class Policy:
     router_type: str = field(metadata=_meta("router kind: 'lightgbm', 'lora-probe', 'mutual-verification', 'fixed', ..."))
     strategies: list[str] = field(metadata=_meta("candidate strategy ids, the columns of P(correct)"))
     format_version: int = field(default=FORMAT_VERSION, metadata=_meta("policy.json format version"))
+    ladder: list[str] | None = field(default=None, metadata=_meta(
+        "the model aliases of the ladder the strategies run on, cheapest first (format 3); None: the pair "
+        "['small', 'large'] (files of format 1 and 2)"))
     mode: str = field(default="cascade", metadata=_meta("'cascade' (large_direct runs first) or 'one-shot'"))
     expected_cost_ms: dict[str, float] = field(
         default_factory=dict, metadata=_meta("mean incremental cost (ms) per strategy on the training split")
@@ -74,6 +83,10 @@ class Policy:
         self.strategies = list(self.strategies)
         self.paid_stages = list(self.paid_stages)
         self.features = list(self.features)
+        if self.ladder is None:
+            self.ladder = list(PAIR)
+        elif isinstance(self.ladder, (list, tuple)):
+            self.ladder = list(self.ladder)
         self.expected_cost_ms = {str(k): v for k, v in dict(self.expected_cost_ms).items()}
         if isinstance(self.rule, dict) and (not self.rule or self.rule.get("name") == "tau"):
             if self.rule and isinstance(self.rule.get("param"), (int, float)):
@@ -92,7 +105,11 @@ class Policy:
             out.append(f"`format_version` must be a positive integer. Got {self.format_version!r}.")
         if not isinstance(self.router_type, str) or not self.router_type:
             out.append(f"`router_type` must be a non-empty string. Got {self.router_type!r}.")
+        ladder_problems = self._ladder_problems()
+        out += ladder_problems
         out += self._strategy_problems()
+        if not ladder_problems:
+            out += self._ladder_strategy_problems()
         out += self._mode_problems()
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
             out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
@@ -130,18 +147,60 @@ class Policy:
             out.append(f"`expected_cost_ms` values must be finite numbers >= 0. Got {bad_costs}.")
         return out
 
+    @property
+    def is_pair(self) -> bool:
+        """Whether the policy runs on a pair of models (the two-model version's semantics)."""
+        return list(self.ladder or PAIR) == PAIR
+
+    def _ladder_problems(self) -> list[str]:
+        lad = self.ladder
+        if not isinstance(lad, list) or not all(isinstance(a, str) for a in lad):
+            return [f"`ladder` must be a list of model aliases such as ['small', 'mid', 'large']. Got {lad!r}."]
+        try:
+            check_ladder(lad)
+        except UnknownStrategyError as exc:
+            return [f"`ladder`: {exc}"]
+        if lad != PAIR and isinstance(self.format_version, int) and self.format_version < 3:
+            return [f"`ladder` {lad} needs format_version 3 or later (files of version {self.format_version} are a "
+                    "pair). Re-export the router with train-router."]
+        return []
+
+    def _ladder_strategy_problems(self) -> list[str]:
+        out = []
+        for name, ids in (("strategies", self.strategies), ("fallback", [self.fallback])):
+            off = [s for s in ids if _is_strategy(s) and set(parse_strategy(s).models) - set(self.ladder)]
+            if off:
+                out.append(f"`{name}` holds {off}, which run(s) a model not on the ladder {self.ladder}; add the "
+                           "model to `ladder` or drop the strategy.")
+        return out
+
+    def _paid_problems(self) -> list[str]:
+        """`paid_stages` against the ladder: the pair's two shapes, or distinct ladder direct stages cheapest first."""
+        if self.is_pair or not isinstance(self.ladder, list):
+            if tuple(self.paid_stages) not in PAID_STAGES:
+                return [f"`paid_stages` must be one of {[list(p) for p in PAID_STAGES]}. Got {self.paid_stages!r}."]
+            return []
+        stages = [f"{a}_direct" for a in self.ladder if is_alias(a)]
+        bad = [s for s in self.paid_stages if s not in stages]
+        ordered = sorted(dict.fromkeys(s for s in self.paid_stages if s in stages),
+                         key=lambda s: alias_rank(s[: -len("_direct")]))
+        if bad or ordered != self.paid_stages:
+            return [f"`paid_stages` of a ladder must list distinct direct stages of its models, cheapest first "
+                    f"(from {stages}). Got {self.paid_stages!r}."]
+        return []
+
     def _mode_problems(self) -> list[str]:
         out = []
         if self.mode not in MODES:
             out.append(f"`mode` must be {one_of(MODES)}. Got {self.mode!r}.")
-        if tuple(self.paid_stages) not in PAID_STAGES:
-            out.append(
-                f"`paid_stages` must be one of {[list(p) for p in PAID_STAGES]}. Got {self.paid_stages!r}."
-            )
+        paid_problems = self._paid_problems()
+        if paid_problems:
+            out += paid_problems
         elif self.mode == "one-shot" and self.paid_stages:
             out.append(f"`paid_stages` must be [] in mode 'one-shot'. Got {self.paid_stages!r}.")
         elif self.mode == "cascade" and not self.paid_stages:
-            out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got [].")
+            out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got []." if self.is_pair else
+                       "`paid_stages` of a cascade must list at least one direct stage of the ladder. Got [].")
         allowed = {"prompt", *self.paid_stages}
         model_features = self.features if not isinstance(self.rule, dict) or self.rule.get("name") not in (
             "fixed", "mutual-verification") else []  # a rule that reads no model needs none of its features

@@ -59,6 +59,8 @@ class TrainConfig:
     promote: bool = _f(False, "set the 'champion' alias even if the current champion is better")
     no_register: bool = _f(False, "log the run to MLflow but do not register the model")
     no_mlflow: bool = _f(False, "do not use MLflow at all (only write --output-dir)")
+    no_pair_comparison: bool = _f(False, "on a ladder of three or more models, skip training and certifying the best "
+                                         "policy of every two-model sub-pair (the evaluation rows `best pair a/b`)")
     tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
     experiment: str = _f("train-router", "MLflow experiment name")
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")

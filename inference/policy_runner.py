@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from routedvlm.router.decision_rules import uses_model
-from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, alias_rank, is_alias, parse_strategy
+from routedvlm.router.ladder import next_action, stages_to_pay
+from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
 from .features import compute_features
@@ -97,13 +98,9 @@ class PolicyRunner:
     # ---- stages ----
     @staticmethod
     def stages_for(router) -> list[str]:
-        """The answering stages to run before deciding, in order: for a pair's policy `large_direct` (always in a
-        cascade) then `small_direct`; on a ladder the `<m>_direct` stages the policy pays, cheapest model first."""
-        need = set(router.required_stages)
-        if len(getattr(router.policy, "ladder", None) or ()) <= 2 and need <= {LARGE_DIRECT, SMALL_DIRECT}:
-            stages = [LARGE_DIRECT] if router.policy.mode == "cascade" or LARGE_DIRECT in need else []
-            return stages + ([SMALL_DIRECT] if SMALL_DIRECT in need else [])
-        return sorted(need, key=lambda stage: alias_rank(parse_strategy(stage).model))
+        """The answering stages to run before deciding, in order (`router.ladder.stages_to_pay`): for a pair's policy
+        `large_direct` then `small_direct`; on a ladder the `<m>_direct` stages the policy pays, cheapest model first."""
+        return stages_to_pay(router)
 
     def _run_stages(self, req, names, ran: dict) -> dict:
         pipe = self.pipeline
@@ -113,14 +110,18 @@ class PolicyRunner:
 
     # ---- decision ----
     def _decide(self, router, req, ran):
+        """The policy's decision once its stages are paid (`router.ladder.next_action`, which answers when nothing is
+        left to pay): (decision, features, features ms, decision ms)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
-        decision = router.decide({**feats, **extra})
+        step = next_action(router, {**feats, **extra}, paid=list(ran))
+        if step.kind != "answer":  # the stages ran above: only a router whose stages changed meanwhile gets here
+            raise RuntimeError(f"the policy asks for stage {step.stage!r} after its stages ran")
         t2 = time.perf_counter()
-        return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
+        return step.decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
     def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None) -> RoutedOutput:
         """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models): called

@@ -53,9 +53,9 @@ def check_ladder_fits(router, pipeline) -> None:
     used = {m for s in [*policy.strategies, *router.required_stages] for m in parse_strategy(s).models}
     missing = sorted(used - set(have))
     if missing:
-        ladder = getattr(policy, "ladder", None)
-        made = f" (it was trained for the ladder {list(ladder)})" if ladder else ""
-        raise ConfigError(f"The router runs model(s) {missing}{made}, but this RoutedVLM's models are {have}. Load it "
+        ladder = list(getattr(policy, "ladder", None) or ())
+        of = f" of the ladder {ladder}" if ladder else ""
+        raise ConfigError(f"The router runs model(s) {missing}{of}, but this RoutedVLM's models are {have}. Load it "
                           f"with {len(ladder) if ladder else 'more'} models, cheapest first, or use a router of this "
                           "ladder.")
 

@@ -94,8 +94,8 @@ def test_ladder_strategies_run_the_models_they_name(toy_ladder, toy_pair, images
 
 
 def _ladder_cascade(strategy):
-    """A cascade router of the ladder: pays small_direct and mid_direct (its agreement feature), then picks
-    `strategy`. (A fake until policy.json v3 ladder policies land: the pair policy it starts from is re-pointed.)"""
+    """A cascade router of the ladder (policy.json format 3): pays small_direct and mid_direct (its agreement
+    feature), then picks `strategy`."""
     import numpy as np
     import pandas as pd
 
@@ -105,12 +105,10 @@ def _ladder_cascade(strategy):
         def predict_proba(self, features):
             return pd.DataFrame({strategy: np.ones(len(features))}, index=features.index)
 
-    policy = Policy(router_type="test-ladder-cascade", mode="cascade", strategies=[strategy], paid_stages=["large_direct"],
-                    features=["feat__prompt__question_chars"], fallback=strategy)
-    router = Climb(policy)
-    policy.paid_stages, policy.features = ["small_direct", "mid_direct"], ["feat__mid_direct+small_direct__agree"]
-    policy.ladder = ("small", "mid", "large")
-    return router
+    policy = Policy(router_type="test-ladder-cascade", ladder=["small", "mid", "large"], mode="cascade",
+                    strategies=[strategy], paid_stages=["small_direct", "mid_direct"],
+                    features=["feat__mid_direct+small_direct__agree"], fallback=strategy)
+    return Climb(policy)
 
 
 def test_a_ladder_cascade_pays_its_direct_stages_cheapest_first_then_escalates(toy_ladder, toy_pair, images):
@@ -136,8 +134,8 @@ def test_a_router_of_models_the_ladder_lacks_falls_back_and_health_names_the_mod
     pair = make_pipeline(*tiny_pair)
     vlm = RoutedVLM(pair, "transfer_small_mid_8", fallback="large_direct")
     assert vlm.router is None and vlm.router_error == (
-        "ConfigError: The router runs model(s) ['mid'], but this RoutedVLM's models are ['small', 'large']. Load it "
-        "with more models, cheapest first, or use a router of this ladder.")
+        "ConfigError: The router runs model(s) ['mid'] of the ladder ['small', 'mid', 'large'], but this RoutedVLM's "
+        "models are ['small', 'large']. Load it with 3 models, cheapest first, or use a router of this ladder.")
     out = vlm(image=images["square"], question=Q)
     assert out.fallback and out.strategy == "large_direct" and out.models == ["large"]
     assert vlm.health()["models"] == {"small": tiny_pair[0].name, "large": tiny_pair[1].name}

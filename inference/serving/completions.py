@@ -83,6 +83,19 @@ class Chunks:
         return f"data: {json.dumps(exc.body())}\n\ndata: [DONE]\n\n".encode()
 
 
+def one_delta_stream(payload: dict, include_usage: bool, headers: dict):
+    """A plain model's answer as an SSE stream of one delta (the plain models do not stream token by token)."""
+    from fastapi.responses import StreamingResponse
+
+    chunks, choice = Chunks(payload["model"], include_usage), payload["choices"][0]
+    message = choice["message"]
+    delta = {"role": "assistant", "content": message["content"]}
+    if message.get("reasoning_content") is not None:
+        delta["reasoning_content"] = message["reasoning_content"]
+    data = chunks.delta(delta) + chunks.end(choice["finish_reason"], payload["usage"], payload["routedvlm"])
+    return StreamingResponse(iter([data]), media_type="text/event-stream", headers=headers)
+
+
 def context_of(vlm) -> int | None:
     """A side's context length (`ModelSide.context_length`); None when unknown."""
     return vlm.context_length()

@@ -26,12 +26,12 @@ from .audit_routes import FEEDBACK, feedback, release_after
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import run_plain, run_routed, stream_runner
-from .completions import Chunks, context_of, route_headers, route_info, routed_completion
+from .completions import Chunks, one_delta_stream, route_headers, route_info, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
 from .openapi import openapi_document
-from .prompt_check import neutralise, special_pattern
-from .protocol import APIError, Limits, check_context
+from .prompt_check import check_routed_context, neutralise, special_pattern
+from .protocol import APIError, Limits
 
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
@@ -195,7 +195,7 @@ class ChatHandler:
             req = await self.parse(await read_body(request, self.limits.max_body_bytes))  # no frame here holds the body
             self.model = req.model
             if req.model == self.served:
-                _check_routed_context(routed, req)
+                check_routed_context(routed, req)
                 if req.stream:
                     response = await self.stream_routed(routed, req)
                     streaming = True
@@ -213,7 +213,7 @@ class ChatHandler:
                 self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
             self.done(200)
             if req.stream and req.model != self.served:
-                return _one_delta_stream(payload, req.include_usage, headers)
+                return one_delta_stream(payload, req.include_usage, headers)
             return JSONResponse(payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
@@ -292,24 +292,3 @@ class ChatHandler:
 
         headers = {**route_headers(value["strategy"], value["keep_tokens"], value["models"]), "cache-control": "no-cache"}
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
-
-
-def _check_routed_context(routed, req) -> None:
-    if req.max_tokens is not None:
-        from ..routed import pipeline_sides
-
-        contexts = [c for c in map(context_of, pipeline_sides(routed.pipeline).values()) if c]
-        check_context(req.model, min(contexts) if contexts else None, 0, req.max_tokens)
-
-
-def _one_delta_stream(payload: dict, include_usage: bool, headers: dict):
-    """A plain model's answer as an SSE stream of one delta (the plain models do not stream token by token)."""
-    from fastapi.responses import StreamingResponse
-
-    chunks, choice = Chunks(payload["model"], include_usage), payload["choices"][0]
-    message = choice["message"]
-    delta = {"role": "assistant", "content": message["content"]}
-    if message.get("reasoning_content") is not None:
-        delta["reasoning_content"] = message["reasoning_content"]
-    data = chunks.delta(delta) + chunks.end(choice["finish_reason"], payload["usage"], payload["routedvlm"])
-    return StreamingResponse(iter([data]), media_type="text/event-stream", headers=headers)

@@ -167,3 +167,24 @@ def test_self_probe_router_asks_for_large_direct_on_a_climb(ladder_labels):
     router = SelfProbeRouter(policy, head)
     assert stages_to_pay(router) == ["small_direct", "mid_direct", "large_direct"]
     assert next_action(router, {}, ["small_direct", "mid_direct"]).stage == "large_direct"
+
+
+def test_train_router_cli_prints_the_ladder_table_from_a_v2_labels_file(tmp_path, capsys):
+    from routedvlm.data.labels.schema import read_labels
+    from routedvlm.training.synthetic_ladder import write_ladder_labels
+    from routedvlm.training.tracking import _metrics
+    from routedvlm.training.train_cli import main
+
+    path = write_ladder_labels(tmp_path / "ladder.parquet", n=600, seed=2)
+    _, meta = read_labels(path)
+    assert meta["schema_version"] == 2 and meta["ladder"] == list(LADDER)
+    assert main(["--data", str(path), "--no-mlflow", "--output-dir", str(tmp_path / "out"), "--cv-folds", "0",
+                 "--num-boost-round", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "mutual verification K=16 mid/large" in out and "best pair small/large: " in out
+    assert "ladder vs" in out and "\nchosen: " in out
+    import json
+
+    ev = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    metrics = _metrics(ev)  # what MLflow logs: each sub-pair under a stable key
+    assert {"pair_small_mid.mean_latency_ms", "pair_small_large.accuracy", "pair_mid_large.accuracy"} <= set(metrics)

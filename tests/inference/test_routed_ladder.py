@@ -142,3 +142,34 @@ def test_a_router_of_models_the_ladder_lacks_falls_back_and_health_names_the_mod
     with pytest.raises(ConfigError, match=r"^The `fallback` parameter of RoutedVLM must run on this RoutedVLM's models: "
                                           r"The router runs model\(s\) \['mid'\]"):
         RoutedVLM(pair, "large_direct", fallback="mid_direct")
+
+
+@pytest.fixture(scope="module")
+def trained_ladder_router(tmp_path_factory):
+    """A LightGBM router trained and certified by train-router on synthetic labels of a three-model ladder."""
+    from routedvlm.training.synthetic_ladder import write_ladder_labels
+    from routedvlm.training.train_cli import main
+
+    root = tmp_path_factory.mktemp("ladder-router")
+    labels = write_ladder_labels(root / "ladder.parquet", n=600, seed=2)
+    assert main(["--data", str(labels), "--no-mlflow", "--output-dir", str(root / "out"), "--cv-folds", "0",
+                 "--num-boost-round", "20", "--no-pair-comparison"]) == 0
+    return root / "out" / "router"
+
+
+@pytest.mark.slow
+def test_a_router_train_router_made_for_the_ladder_climbs_it_in_routed_vlm(toy_ladder, trained_ladder_router, images):
+    from routedvlm.router.strategies import parse_strategy
+
+    vlm = _with(toy_ladder, str(trained_ladder_router))
+    policy = vlm.router.policy
+    assert vlm.router_error is None and policy.ladder == ["small", "mid", "large"] and policy.mode == "cascade"
+    for name, question in [("square", TOY_Q), ("wide", "Is there a blue box?"), ("tall", "How many boxes?")]:
+        out = vlm(image=images[name], question=question)
+        before = out.trace[: [r["stage"] for r in out.trace].index("decision")]
+        assert not out.fallback and [r["stage"] for r in before if r["stage"].endswith("_direct")] == policy.paid_stages
+        assert set(out.decision["features"]) == set(policy.decision_features)
+        paid = {s[: -len("_direct")] for s in policy.paid_stages}
+        runs = paid | set(parse_strategy(out.strategy).models)
+        assert out.models == [m for m in ("small", "mid", "large") if m in runs]
+        assert out.text == toy_ladder.pipeline.run(images[name], question, out.strategy).answer

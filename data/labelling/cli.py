@@ -21,9 +21,9 @@ EPILOG = """examples:
   routedvlm label merge labels.parquet part0.parquet part1.parquet part2.parquet part3.parquet
 
 a ladder of three or more models (cheapest first; named small, mid, large; labels schema version 2):
-  routedvlm label --model Qwen/Qwen3-VL-2B-Thinking --model Qwen/Qwen3-VL-4B-Thinking --model Qwen/Qwen3-VL-8B-Thinking \
+  routedvlm label --model Qwen/Qwen3-VL-2B-Thinking --model Qwen/Qwen3-VL-4B-Thinking --model Qwen/Qwen3-VL-8B-Thinking \\
       --dataset lmms-lab/ChartQA --limit 500 --k-grid 32,128 --out ladder.parquet --estimate-only
-  routedvlm label --models small/,mid/,large/ --transfer-pairs small:mid,mid:large --reason-models small,mid \
+  routedvlm label --models small/,mid/,large/ --transfer-pairs small:mid,mid:large --reason-models small,mid \\
       --k-grid 16,64 --reasoner mid=mid-thinking/ --dataset toy.parquet --out ladder.parquet
   The grid grows with N^2: N directs + N reasoning + (N(N-1)/2 pairs x (|K grid| + 1)) transfers; --transfer-pairs,
   --reason-models and --k-grid bound it. A ladder's run prints the model calls per sample before it starts;
@@ -32,6 +32,7 @@ a ladder of three or more models (cheapest first; named small, mid, large; label
 MERGE_EPILOG = "example: routedvlm label merge labels.parquet shard0.parquet shard1.parquet"
 FLAG_NAMES = {"dataset_config": "--config"}
 REQUIRED = ("dataset", "out")
+METAVARS = {"transfer_pairs": "FROM:TO,...", "reason_models": "M,..."}
 REPEATED = {"models": ("--model", "SPEC"), "reasoners": ("--reasoner", "ALIAS=SPEC"),
             "cost_models": ("--cost-model", "ALIAS=NAME")}
 INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every",
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
             kind = int if f.name in INT_FIELDS else float if f.name in FLOAT_FIELDS else str
             default = None if f.default is MISSING else f.default
             p.add_argument(flag, dest=f.name, type=kind, default=default, required=f.name in REQUIRED,
-                           metavar=f.name.upper().replace("DATASET_", ""), help=help_text)
+                           metavar=METAVARS.get(f.name, f.name.upper().replace("DATASET_", "")), help=help_text)
     return p
 
 

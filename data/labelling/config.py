@@ -184,11 +184,12 @@ class LabelConfig:
             else:
                 self.strategies = tuple(bounded_grid(self, grid or DEFAULT_K_GRID))
         else:
-            if self.transfer_pairs is not None or self.reason_models is not None:
-                raise ConfigError("Pass either --strategies or --transfer-pairs/--reason-models (which bound the "
-                                  "default grid), not both.")
             ids = self.strategies.split(",") if isinstance(self.strategies, str) else self.strategies
             self.strategies = tuple(dict.fromkeys(parse_strategy(s.strip()).id for s in ids if s.strip()))
+            bounded = self.transfer_pairs is not None or self.reason_models is not None
+            if bounded and self.strategies != tuple(bounded_grid(self, grid or DEFAULT_K_GRID)):  # (a resolved config)
+                raise ConfigError("Pass either --strategies or --transfer-pairs/--reason-models (which bound the "
+                                  "default grid), not both.")
             if not self.strategies:
                 raise ConfigError("The `strategies` setting must name at least one strategy id, e.g. 'large_direct'.")
             off = sorted({m for s in self.strategies for m in parse_strategy(s).models} - set(self.aliases))

@@ -73,10 +73,27 @@ def _reasons(strategies, alias) -> bool:
                for s in map(parse_strategy, strategies))
 
 
+def model_ms(results, stage_ms=None) -> float:
+    """Model time one `run_many` spent: every call once (records sharing a `call` id, or equal otherwise, are one
+    call; the costliest of them counts, so a reasoning record truncated at K for one transfer does not hide the full
+    run), priced by `stage_ms(model, record)` (default: measured vision + prefill + decode ms)."""
+    from .latency import wall_clock_stage_ms
+
+    cost = stage_ms or wall_clock_stage_ms
+    calls = {}
+    for res in results.values():
+        for r in res.trace:
+            key = r.get("call") or (r["model"], r["stage"], r.get("prefill_tokens"), r.get("decode_tokens"),
+                                    r.get("prefill_ms"), r.get("decode_ms"))
+            calls[key] = max(calls.get(key, 0.0), float(cost(r["model"], r)))
+    return sum(calls.values())
+
+
 def estimate_run(cfg) -> str:
-    """Label the first selected sample once (nothing is stored) and scale its wall time to the run."""
+    """Label the first selected sample once (nothing is stored) and scale its wall time (and, with --cost, its model
+    time priced by the profile) to the run."""
     from .config import both_remote
-    from .per_sample import label_sample, load_pipeline, open_source
+    from .per_sample import _image, load_pipeline, open_source, stage_cost
 
     _, keyed, load = open_source(cfg)
     mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]
@@ -86,12 +103,18 @@ def estimate_run(cfg) -> str:
     pipe, _ = load_pipeline(cfg)
     load_s = time.perf_counter() - t0
     position, sample_id = mine[0]
+    sample = load(position, sample_id)
     t0 = time.perf_counter()
-    label_sample(pipe, load(position, sample_id), cfg.strategies, cfg.threshold)
+    results = pipe.run_many(_image(sample), sample.prompt, list(cfg.strategies))
     sample_s = time.perf_counter() - t0
     parallel = int(cfg.concurrency) if both_remote(cfg) else 1
-    workers = f" per Ray worker (divide by the workers)" if cfg.ray else ""
+    workers = " (divide by the Ray workers)" if cfg.ray else ""
     total = sample_s * len(mine) / parallel
-    return (f"estimate: loading the models took {load_s:.1f} s; one sample ({sample_id}) took {sample_s:.2f} s "
+    text = (f"estimate: loading the models took {load_s:.1f} s; one sample ({sample_id}) took {sample_s:.2f} s "
             f"(the first sample also warms the models up: an upper bound); {len(mine)} selected sample(s) at "
             f"{parallel} in flight: about {total / 60:.1f} min{workers}")
+    if cfg.cost is not None:
+        priced = model_ms(results, stage_cost(cfg, "cost-model")[0]) / 1000
+        text += (f"; priced by {cfg.cost}: {priced:.2f} s of model time per sample, about "
+                 f"{priced * len(mine) / parallel / 60:.1f} min{workers}")
+    return text

@@ -44,7 +44,8 @@ def resolve_ladder(cfg) -> None:
                               f"small={cfg.small!r}, large={cfg.large!r}.")
         _check_no_ladder_only(cfg)
         return
-    if cfg.small is not None or cfg.large is not None:
+    resolved = len(models) > 2 and (cfg.small, cfg.large) == (models[0], models[-1])  # a resolved config's fields
+    if (cfg.small is not None or cfg.large is not None) and not resolved:
         raise ConfigError("Pass the models either as --small/--large (a pair) or as a ladder (--model ... / --models "
                           "A,B,C), not both.")
     if not 2 <= len(models) <= MAX_LADDER:

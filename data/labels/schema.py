@@ -119,18 +119,6 @@ def schema_version_for(metadata: dict | None) -> int:
     return SCHEMA_VERSION if isinstance(ladder, list) and len(ladder) > 2 else PAIR_SCHEMA_VERSION
 
 
-def ladder_of(metadata: dict | None, df=None) -> tuple[str, ...]:
-    """The model aliases of a labels set, cheapest first: the metadata's `ladder` (version 2), else the models its
-    strategy columns run when `df` is given (at least small and large), else the pair."""
-    from routedvlm.router.strategies import alias_rank, strategy_models
-
-    ladder = (metadata or {}).get("ladder")
-    if isinstance(ladder, list) and ladder:
-        return tuple(ladder)
-    found = set(strategy_models(strategies_in(df))) if df is not None else set()
-    return tuple(sorted(found | {"small", "large"}, key=alias_rank))
-
-
 def k_grid_in(df) -> list[int]:
     """The K values of the transfer strategies in `df` (every pair's), sorted."""
     return sorted({parse_strategy(s).keep_tokens for s in strategies_in(df) if parse_strategy(s).is_transfer} - {None})

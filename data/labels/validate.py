@@ -23,6 +23,7 @@ from .schema import (
     BASE_COLUMNS, LABEL_COLUMN, METADATA_KEY, NO_LABEL, PER_STRATEGY, SCHEMA_VERSION, _read, classify_column,
     compute_labels, content_hash, escalate_col, failed_rows, k_grid_in, schema_version_for, strategies_in,
 )
+from .ladder import ladder_problems, version_of
 from ..sample import TASK_TYPES
 from .bounds import id_key
 
@@ -217,7 +218,7 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
     if meta.get("schema_version") != want:
         kind = "a ladder of more than two models" if want == SCHEMA_VERSION else "a pair (no `ladder` of 3+ models)"
         out.append(f"metadata schema_version must be {want}, got {meta.get('schema_version')!r} (for {kind})")
-    out += _ladder_problems(df, meta)
+    out += ladder_problems(df, meta)
     if "content_hash" not in meta:
         out.append("metadata has no content_hash; write the file with write_labels")
     elif meta["content_hash"] != content_hash(df):
@@ -237,39 +238,10 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
     return out, cands
 
 
-def _ladder_problems(df, meta: dict) -> list[str]:
-    """A version-2 ladder: `ladder` is the aliases of N models, `models` keyed by them, the strategies its models'."""
-    from routedvlm.router.strategies import ladder_aliases, strategy_models
-
-    ladder = meta.get("ladder")
-    if ladder is None:
-        extra = sorted(set(strategy_models(strategies_in(df))) - {"small", "large"})
-        return [f"strategies of models {extra} need metadata `ladder` (the model aliases, cheapest first)"] if extra else []
-    if not isinstance(ladder, list) or not 2 <= len(ladder) <= 10 or ladder != list(ladder_aliases(len(ladder))):
-        return [f"metadata ladder {ladder!r} must list the aliases of 2 to 10 models, cheapest first, e.g. "
-                f"{list(ladder_aliases(3))}"]
-    out = []
-    models = meta.get("models")
-    if isinstance(models, dict) and set(models) != set(ladder):
-        out.append(f"metadata models are keyed {sorted(models)}, not by the ladder's aliases {ladder}")
-    off = sorted(set(strategy_models(strategies_in(df))) - set(ladder))
-    if off:
-        out.append(f"strategy columns run models {off}, which are not on the metadata ladder {ladder}")
-    return out
-
-
 def inspect_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> tuple[list[str], list[str]]:
     """(problems, warnings) of a labels table or file. For a path the file's own metadata is used; for a DataFrame,
     `metadata` is checked when given. Not `strict`, metadata problems are warnings (see the module docstring)."""
     return _inspect(df_or_path, metadata, strict)[:2]
-
-
-def _version_of(df, metadata) -> int:
-    """The schema version a table follows: 2 for a ladder (metadata `ladder` of 3+, or strategies of other models)."""
-    from routedvlm.router.strategies import strategy_models
-
-    others = set(strategy_models(strategies_in(df))) - {"small", "large"} if isinstance(df, pd.DataFrame) else set()
-    return SCHEMA_VERSION if others else schema_version_for(metadata)
 
 
 def _inspect(df_or_path, metadata, strict) -> tuple[list[str], list[str], int]:
@@ -293,7 +265,7 @@ def _inspect(df_or_path, metadata, strict) -> tuple[list[str], list[str], int]:
         found, candidates = _metadata_problems(df, metadata)
         meta_problems += found
     problems += _label_problems(df, ok, candidates or strategies_in(df))
-    version = _version_of(df, metadata)
+    version = version_of(df, metadata)
     return (problems + meta_problems, [], version) if strict else (problems, meta_problems, version)
 
 

@@ -102,3 +102,16 @@ def test_a_ladder_prices_each_model_with_its_profiled_model(cost_setup):
     cheap, meta = run("ladder-c.parquet", "--cost-model", "mid=tiny-small")
     assert meta["cost_models"]["mid"] == "tiny-small"
     assert (cheap["latency_ms__mid_direct"] < a["latency_ms__mid_direct"]).all()  # priced 4x cheaper per component
+
+
+def test_estimate_only_prices_one_sample_with_the_profile(cost_setup, capsys):
+    from routedvlm.training.cli import main
+
+    root, small, large, data, profile = cost_setup
+    out = root / "estimate.parquet"
+    argv = ["label", "--models", f"{small},{small},{large}", "--dataset", str(data), "--out", str(out), "--k-grid", "2",
+            "--max-new-tokens", "3", "--max-reason-tokens", "6", "--min-new-tokens", "2", "--min-reason-tokens", "6",
+            "--device", "cpu", "--cost", str(profile), "--no-progress", "--estimate-only"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "2 selected sample(s) at 1 in flight" in text and f"priced by {profile}: " in text and not out.exists()

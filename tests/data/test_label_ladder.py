@@ -48,6 +48,14 @@ def test_a_ladder_writes_schema_version_2_with_every_strategy(ladder_run):
     assert (ok["latency_ms__escalate_small_mid_2"] < ok["latency_ms__transfer_small_mid_2"]).all()
 
 
+def test_the_aliases_of_a_labels_set(ladder_run):
+    from routedvlm.data.labels import ladder_of, read_labels, schema_version_for
+
+    df, meta = read_labels(ladder_run)
+    assert ladder_of(meta) == ("small", "mid", "large") == ladder_of({}, df)
+    assert ladder_of({}) == ("small", "large") and schema_version_for({}) == 1 and schema_version_for(meta) == 2
+
+
 def test_ladder_features_are_per_model_and_pairwise(ladder_run):
     from routedvlm.data.labels.schema import read_labels
 
@@ -147,6 +155,23 @@ def test_the_cost_estimate_counts_calls_per_model_by_hand():
     assert served == {"small": 1, "large": 1 + 3}  # direct; a transfer = seed + two-stage + cold call
 
 
+def test_model_time_counts_each_call_once_worked_example():
+    """Two strategies share a prefix call c1 and a reasoning call c2 (one of them sees it truncated): 10 + 50 + 7 + 3."""
+    from types import SimpleNamespace
+
+    from routedvlm.data.labelling.estimate import model_ms
+
+    def rec(model, stage, ms, **kw):
+        return {"model": model, "stage": stage, "vision_ms": 0.0, "prefill_ms": 0.0, "decode_ms": ms, **kw}
+
+    prefix, full, cut = rec("mid", "mid_prefix", 10, call="c1"), rec("small", "small_reason", 50, call="c2"), \
+        rec("small", "small_reason", 20, call="c2", composed=True)
+    results = {"transfer_small_mid_2": SimpleNamespace(trace=[cut, prefix, rec("mid", "mid_transfer", 7, call="c3")]),
+               "transfer_small_mid_all": SimpleNamespace(trace=[full, prefix, rec("mid", "mid_transfer", 3, call="c4")])}
+    assert model_ms(results) == 70.0
+    assert model_ms(results, lambda model, r: 1.0 if model == "small" else 2.0) == 1 + 2 + 2 + 2
+
+
 def test_the_grid_is_printed_before_the_run_and_estimate_only_writes_nothing(world, tmp_path, capsys):
     out = tmp_path / "never.parquet"
     assert label(*ladder_args(world, out, "--estimate-only", "--limit", "2")) == 0
@@ -168,8 +193,19 @@ def test_two_models_as_a_ladder_are_the_pair():
     assert three.settings()["models"] == ["a", "m", "b"]
 
 
+def test_a_resolved_ladder_config_rebuilds_from_its_fields():
+    """What a Ray worker does: LabelConfig(**fields of the driver's config) is the same run."""
+    from dataclasses import fields
+
+    cfg = _cfg(models="a,m,b", transfer_pairs="small:mid", reason_models="mid", k_grid="2,4", reasoners=("mid=r",))
+    again = _cfg(**{f.name: getattr(cfg, f.name) for f in fields(cfg)})
+    assert again.settings() == cfg.settings() and again.strategies == cfg.strategies
+    assert cfg.strategies == ("small_direct", "mid_direct", "large_direct", "mid_reason", "transfer_small_mid_2",
+                              "transfer_small_mid_4", "transfer_small_mid_all")
+
+
 @pytest.mark.parametrize("kw, message", [
-    ({"small": "a", "large": "b", "models": ("a", "m", "b")}, r"^Pass the models either as --small/--large"),
+    ({"small": "x", "large": "b", "models": ("a", "m", "b")}, r"^Pass the models either as --small/--large"),
     ({"small": "a"}, r"^Name the models to label: --small A --large B"),
     ({"models": ("a",)}, r"^The `models` setting must list 2 to 10 models"),
     ({"models": ("a", "m", "b"), "reasoners": ("mid2=x",)}, r"^The `reasoners` setting names model 'mid2'"),

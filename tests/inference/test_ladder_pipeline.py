@@ -76,6 +76,16 @@ def test_escalate_continues_any_model_above_the_cheapest(words):
         words.escalate(words.run(None, Q, "small_direct"), 4)
 
 
+def test_the_final_answer_call_is_the_answering_models(words):
+    from routedvlm.inference.final_answer import answer_side
+
+    for sid, alias in (("mid_direct", "mid"), ("transfer_small_mid_4", "mid"), ("transfer_mid_large_4", "large"),
+                       ("small_direct", "small")):
+        side, kind = answer_side(words, words.run(None, Q, sid))
+        assert side is words.sides[alias] and kind == "direct", sid
+    assert answer_side(words, words.run(None, Q, "mid_reason"))[0] is words.sides["mid"]
+
+
 def test_strategies_of_models_not_on_the_ladder_are_refused():
     from routedvlm.inference import CollaborativePipeline
 

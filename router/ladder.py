@@ -14,9 +14,48 @@ from dataclasses import dataclass
 
 from routedvlm.errors import RouterError
 from .decision_rules import Decision
-from .strategies import LARGE, SMALL, alias_rank, parse_strategy
+from routedvlm.errors import UnknownStrategyError
+from .strategies import LARGE, SMALL, alias_rank, check_ladder, is_alias, parse_strategy
 
 PAIR = (SMALL, LARGE)
+
+
+def ladder_problems(ladder, format_version) -> list[str]:
+    """policy.json's `ladder`: the position names of a ladder; a longer ladder than the pair needs format 3."""
+    if not isinstance(ladder, list) or not all(isinstance(a, str) for a in ladder):
+        return [f"`ladder` must be a list of model aliases such as ['small', 'mid', 'large']. Got {ladder!r}."]
+    try:
+        check_ladder(ladder)
+    except UnknownStrategyError as exc:
+        return [f"`ladder`: {exc}"]
+    if tuple(ladder) != PAIR and isinstance(format_version, int) and format_version < 3:
+        return [f"`ladder` {ladder} needs format_version 3 or later (files of version {format_version} are a "
+                "pair). Re-export the router with train-router."]
+    return []
+
+
+def off_ladder_problems(ladder, strategies, fallback, is_strategy) -> list[str]:
+    """Strategies (and the fallback) that run a model the ladder does not have."""
+    out = []
+    for name, ids in (("strategies", strategies), ("fallback", [fallback])):
+        off = [s for s in ids if is_strategy(s) and set(parse_strategy(s).models) - set(ladder)]
+        if off:
+            out.append(f"`{name}` holds {off}, which run(s) a model not on the ladder {ladder}; add the model to "
+                       "`ladder` or drop the strategy.")
+    return out
+
+
+def paid_stage_problems(ladder, paid_stages, pair_shapes) -> list[str]:
+    """`paid_stages` against the ladder: one of the pair's shapes, or distinct ladder direct stages cheapest first."""
+    if not isinstance(ladder, list) or tuple(ladder) == PAIR:
+        if tuple(paid_stages) not in pair_shapes:
+            return [f"`paid_stages` must be one of {[list(p) for p in pair_shapes]}. Got {paid_stages!r}."]
+        return []
+    stages = [f"{a}_direct" for a in ladder if is_alias(a)]
+    if [s for s in paid_stages if s not in stages] or paid_order(paid_stages, ladder) != list(paid_stages):
+        return [f"`paid_stages` of a ladder must list distinct direct stages of its models, cheapest first "
+                f"(from {stages}). Got {paid_stages!r}."]
+    return []
 
 
 def _alias(stage: str) -> str:

@@ -23,11 +23,11 @@ from pathlib import Path
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
-from .strategies import (LARGE, LARGE_DIRECT, SMALL, SMALL_DIRECT, alias_rank, check_ladder, feature_stages,
-                         is_alias, parse_strategy)
+from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
+from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
 FORMAT_VERSION = 3
-PAIR = [SMALL, LARGE]
+PAIR = list(_PAIR)
 POLICY_FILE = "policy.json"
 MAX_POLICY_BYTES = 64 << 20  # a policy.json beyond this is not one train-router wrote
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -105,11 +105,11 @@ class Policy:
             out.append(f"`format_version` must be a positive integer. Got {self.format_version!r}.")
         if not isinstance(self.router_type, str) or not self.router_type:
             out.append(f"`router_type` must be a non-empty string. Got {self.router_type!r}.")
-        ladder_problems = self._ladder_problems()
-        out += ladder_problems
+        bad_ladder = ladder_problems(self.ladder, self.format_version)
+        out += bad_ladder
         out += self._strategy_problems()
-        if not ladder_problems:
-            out += self._ladder_strategy_problems()
+        if not bad_ladder:
+            out += off_ladder_problems(self.ladder, self.strategies, self.fallback, _is_strategy)
         out += self._mode_problems()
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
             out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
@@ -152,48 +152,11 @@ class Policy:
         """Whether the policy runs on a pair of models (the two-model version's semantics)."""
         return list(self.ladder or PAIR) == PAIR
 
-    def _ladder_problems(self) -> list[str]:
-        lad = self.ladder
-        if not isinstance(lad, list) or not all(isinstance(a, str) for a in lad):
-            return [f"`ladder` must be a list of model aliases such as ['small', 'mid', 'large']. Got {lad!r}."]
-        try:
-            check_ladder(lad)
-        except UnknownStrategyError as exc:
-            return [f"`ladder`: {exc}"]
-        if lad != PAIR and isinstance(self.format_version, int) and self.format_version < 3:
-            return [f"`ladder` {lad} needs format_version 3 or later (files of version {self.format_version} are a "
-                    "pair). Re-export the router with train-router."]
-        return []
-
-    def _ladder_strategy_problems(self) -> list[str]:
-        out = []
-        for name, ids in (("strategies", self.strategies), ("fallback", [self.fallback])):
-            off = [s for s in ids if _is_strategy(s) and set(parse_strategy(s).models) - set(self.ladder)]
-            if off:
-                out.append(f"`{name}` holds {off}, which run(s) a model not on the ladder {self.ladder}; add the "
-                           "model to `ladder` or drop the strategy.")
-        return out
-
-    def _paid_problems(self) -> list[str]:
-        """`paid_stages` against the ladder: the pair's two shapes, or distinct ladder direct stages cheapest first."""
-        if self.is_pair or not isinstance(self.ladder, list):
-            if tuple(self.paid_stages) not in PAID_STAGES:
-                return [f"`paid_stages` must be one of {[list(p) for p in PAID_STAGES]}. Got {self.paid_stages!r}."]
-            return []
-        stages = [f"{a}_direct" for a in self.ladder if is_alias(a)]
-        bad = [s for s in self.paid_stages if s not in stages]
-        ordered = sorted(dict.fromkeys(s for s in self.paid_stages if s in stages),
-                         key=lambda s: alias_rank(s[: -len("_direct")]))
-        if bad or ordered != self.paid_stages:
-            return [f"`paid_stages` of a ladder must list distinct direct stages of its models, cheapest first "
-                    f"(from {stages}). Got {self.paid_stages!r}."]
-        return []
-
     def _mode_problems(self) -> list[str]:
         out = []
         if self.mode not in MODES:
             out.append(f"`mode` must be {one_of(MODES)}. Got {self.mode!r}.")
-        paid_problems = self._paid_problems()
+        paid_problems = paid_stage_problems(self.ladder, self.paid_stages, PAID_STAGES)
         if paid_problems:
             out += paid_problems
         elif self.mode == "one-shot" and self.paid_stages:

@@ -30,7 +30,6 @@ from routedvlm.router.strategies import LARGE_REASON
 
 from .costs import is_ladder, label_strategies, realized_correct, realized_latency  # noqa: F401 (re-exports)
 from .calibration.rule_family import Scorer, baseline_members
-from .sub_pairs import ladder_vs_pairs
 
 PARAM_CHAINS = ("tau", "lagrangian", "binary")
 
@@ -175,3 +174,16 @@ def utility(row: dict, target: dict, required: float | None, n_test: int | None 
     budget = target["value"]
     lat = row["mean_latency_ms"]
     return float(row["accuracy"]) if lat <= budget else -(lat - budget) / budget
+
+
+def ladder_vs_pairs(rows: list[dict]) -> dict | None:
+    """The ladder policy (the last row; sub_pairs.py makes the pair rows) against the fastest sub-pair whose certification was feasible: both mean
+    latencies and the ladder's reduction (1 - ladder / pair); None without a feasible pair."""
+    pairs = [r for r in rows if r["kind"] == "pair" and r["feasible"]]
+    if not pairs:
+        return None if not any(r["kind"] == "pair" for r in rows) else {"best_pair": None}
+    best, ladder = min(pairs, key=lambda r: r["mean_latency_ms"]), rows[-1]
+    return {"best_pair": best["pair"], "best_pair_mean_latency_ms": best["mean_latency_ms"],
+            "best_pair_accuracy": best["accuracy"], "ladder_mean_latency_ms": ladder["mean_latency_ms"],
+            "ladder_accuracy": ladder["accuracy"],
+            "latency_reduction": 1.0 - ladder["mean_latency_ms"] / best["mean_latency_ms"]}

@@ -12,7 +12,6 @@ selection among routers on the same calibration rows, at the union-bound price o
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 
@@ -54,21 +53,26 @@ def sub_pair_rows(config, split, candidates, reference: str, ladder, labels_hash
 
 def _pair_row(config, split, cands, feats, pair, reference, labels_hash, ref_ms) -> dict:
     from routedvlm.router.lightgbm import LightGBMRouter
+    from routedvlm.router.policy import Policy
 
     from .calibration.certify import apply_to_policy, certify
     from .calibration.rule_family import Scorer
+    from .costs import expected_costs
     from .evaluate import summarize
-    from .fit import fit_models, lgb_params
-    from .steps import base_policy
+    from .fit import fit_models, ladder_in, lgb_params
 
     a, b = pair
+    train = split.train
     paid = [] if config.mode == "one-shot" else [f"{b}_direct"]
-    cfg = dataclasses.replace(config, fallback=None, strategies=None)
     params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(split.train, feats, cands, num_boost_round=config.num_boost_round,
+    boosters, constants = fit_models(train, feats, cands, num_boost_round=config.num_boost_round,
                                      params=params, cv_folds=config.cv_folds)
-    policy = base_policy(cfg, split, cands, feats, paid, labels_hash, "lightgbm",
-                         {"constants": constants, "lightgbm": params, "sub_pair": [a, b]})
+    top_reason = f"{b}_reason"  # the pair's fallback: its top model reasoning (large_reason on the pair)
+    fallback = top_reason if top_reason in cands else max(cands, key=lambda s: float(train[f"correct__{s}"].mean()))
+    policy = Policy(router_type="lightgbm", mode=config.mode, strategies=cands, paid_stages=paid, features=feats,
+                    ladder=list(ladder_in(train)), expected_cost_ms=expected_costs(train, cands, config.mode, paid),
+                    fallback=fallback, target=config.target, training_data_hash=labels_hash,
+                    params={"constants": constants, "lightgbm": params, "sub_pair": [a, b]})
     router = LightGBMRouter(policy, boosters)
     cal = certify(router, split.calibration, split.train, config.target, config.delta, reference=reference)
     apply_to_policy(router.policy, cal)
@@ -77,16 +81,3 @@ def _pair_row(config, split, cands, feats, pair, reference, labels_hash, ref_ms)
     log.info("sub-pair %s/%s: %s", a, b, cal.statement())
     return summarize(f"best pair {a}/{b}: {state}", "pair", correct, latency, chosen, ref_ms, pair=[a, b],
                      rule=cal.chosen.member.rule, feasible=bool(cal.feasible), certificate=cal.certificate())
-
-
-def ladder_vs_pairs(rows: list[dict]) -> dict | None:
-    """The ladder policy (the last row) against the fastest sub-pair whose certification was feasible: both mean
-    latencies and the ladder's reduction (1 - ladder / pair); None without a feasible pair."""
-    pairs = [r for r in rows if r["kind"] == "pair" and r["feasible"]]
-    if not pairs:
-        return None if not any(r["kind"] == "pair" for r in rows) else {"best_pair": None}
-    best, ladder = min(pairs, key=lambda r: r["mean_latency_ms"]), rows[-1]
-    return {"best_pair": best["pair"], "best_pair_mean_latency_ms": best["mean_latency_ms"],
-            "best_pair_accuracy": best["accuracy"], "ladder_mean_latency_ms": ladder["mean_latency_ms"],
-            "ladder_accuracy": ladder["accuracy"],
-            "latency_reduction": 1.0 - ladder["mean_latency_ms"] / best["mean_latency_ms"]}

@@ -214,3 +214,19 @@ def test_a_ladder_of_openai_compatible_endpoints(served_ladder, toy_pair, images
     trace = [t for t in r.json()["routedvlm"]["trace"] if t["model"]]
     assert all(t["remote"] for t in trace) and ",".join(dict.fromkeys(t["model"] for t in trace)) == models
     assert r.json()["choices"][0]["message"]["content"] == toy_pair.run(images["wide"], TOY_Q, same_as).answer
+
+
+def test_a_mixed_ladder_of_local_checkpoints_and_an_endpoint(served_ladder, toy_pair, images, monkeypatch):
+    """Local small and large with `mid` behind the server: the small model's reasoning goes over HTTP to mid."""
+    from serve_helpers import KEY
+
+    from routedvlm.inference.routed import RoutedVLM
+
+    monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
+    mixed = RoutedVLM.from_pretrained([TOY / "small", f"{served_ladder}/v1#mid", TOY / "large"], "transfer_small_mid_8",
+                                      max_direct_tokens=8, max_reason_tokens=48, device="cpu")
+    assert hasattr(mixed.lock, "acquire")  # local models share the lock
+    out = mixed(image=images["tall"], question=TOY_Q)
+    remote = {r["model"]: bool(r.get("remote")) for r in out.trace if r["model"]}
+    assert out.models == ["small", "mid"] and remote == {"small": False, "mid": True}
+    assert out.text == toy_pair.run(images["tall"], TOY_Q, "transfer_8").answer

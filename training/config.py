@@ -49,8 +49,9 @@ class TrainConfig:
                                      "distribution with probability >= 1 - delta over the calibration rows")
     strategies: list[str] | None = _f(None, "comma-separated candidate strategy ids (default: every strategy in the labels)")
     features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
-                                          "small_direct) or prefixes ending in '*' (default: what the mode allows, "
-                                          "without small_direct features)")
+                                          "small_direct; on a ladder also mid_direct, ...) or prefixes ending in '*' "
+                                          "(default: what the mode allows, without small_direct features; a ladder's "
+                                          "cascade climbs: every direct answer below the most expensive model's)")
     with_small_direct: bool = _f(False, "cascade: also use the features that need small_direct (it then runs "
                                         "beside large_direct on every sample)")
     fallback: str | None = _f(None, "strategy used when no candidate reaches tau (default: large_reason if a "

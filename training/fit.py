@@ -23,7 +23,6 @@ from routedvlm.router.strategies import (FEATURE_STAGES, LARGE_DIRECT, SMALL_DIR
                                          is_feature_stage, parse_strategy)
 
 log = logging.getLogger(__name__)
-ALLOWED_STAGES = {"one-shot": {"prompt"}, "cascade": {"prompt", LARGE_DIRECT, SMALL_DIRECT}}
 
 
 def _allowed(mode: str, stages) -> bool:

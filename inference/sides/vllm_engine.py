@@ -145,9 +145,7 @@ class VLLMEngine(ModelSide):
                                        f"(`make vllm-env`, then run with .venv-vllm/bin/python): {exc}") from None
         kwargs = dict(self.engine_args)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            kwargs.update(vllm_hidden.engine_kwargs(*self._hidden))
+            kwargs.update(_hidden_module().engine_kwargs(*self._hidden))
         log.info("starting vLLM engine for %s with %s", self.name, kwargs)
         return EngineDriver(vllm.LLM(model=self.name, **kwargs), name=self.name)
 
@@ -168,7 +166,7 @@ class VLLMEngine(ModelSide):
         """Capture decoder `layers` in every call (vLLM's hidden-state extraction, `sides/vllm_hidden.py`); must come
         before the engine's first call."""
         try:
-            from . import vllm_hidden  # noqa: F401
+            _hidden_module()
         except ImportError as exc:
             raise ModeUnavailableError(f"{SPEC_PREFIX}{self.name} cannot capture hidden states: this installation "
                                        f"has no routedvlm.inference.sides.vllm_hidden ({exc}).") from None
@@ -256,9 +254,7 @@ class VLLMEngine(ModelSide):
         times = [decode * i / max(n - 1, 1) for i in range(n)]
         gen = Generation(ids, logprobs, first, times, 0.0, prefill, decode, max(prompt - cached, 0), cached)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            gen.hidden = vllm_hidden.read_hidden(out, self._hidden[0])
+            gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen
 
     def _record(self, stage, side, mode, gen, **extra) -> dict:
@@ -324,6 +320,14 @@ class VLLMEngine(ModelSide):
             return gen, self.clean_answer(gen.token_ids), None
         _, reasoning, answer = self.split_reasoning(gen.token_ids)
         return gen, answer, reasoning
+
+
+def _hidden_module():
+    """routedvlm.inference.sides.vllm_hidden (vLLM's hidden-state extraction: `engine_kwargs`, `read_hidden`),
+    imported only when hidden states are asked for."""
+    import importlib
+
+    return importlib.import_module("routedvlm.inference.sides.vllm_hidden")
 
 
 def _entropy(step: dict) -> float:

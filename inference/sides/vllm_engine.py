@@ -121,6 +121,9 @@ class VLLMEngine(ModelSide):
         if self._driver is not None:
             driver, self._driver = self._driver, None
             driver.close()
+            core = getattr(driver.llm.llm_engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()  # the engine's own processes end now, not at interpreter exit
             del driver.llm
 
     @property

@@ -10,7 +10,8 @@ blocks only, so a prefix shorter than a block is never reused).
   only the `large_direct` prompt (sent there first with `max_tokens=1`, unrecorded: another K's transfer prompt
   would share more blocks than the escalation after `large_direct` can), so the server reuses exactly the
   image+question blocks an escalation reuses: record `large_transfer` (prefill = the uncached tokens); this is
-  what `latency_ms__escalate_<K>` counts;
+  what `latency_ms__escalate_<K>` counts. The sample's first transfer after its `large_direct` answered goes to the
+  sample's own namespace, which holds only that `large_direct` prompt (no seed needed: one request fewer);
 - the reused prefix as record `large_prefix` (`composed`): `prefill_tokens` = the tokens the server reused (and
   `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
   prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
@@ -55,14 +56,16 @@ class RemotePrompt:
         base, salt = self.request.__dict__.get("_measure"), None
 
         def two_stage():
-            if salt is not None:
+            if salt is not None and salt != base:
                 self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt,
                                        max_tokens=1)
             return self.answer(text, "large_transfer", salt=salt)
 
         jobs = {"warm": two_stage}
         if base is not None:
-            salt = f"{base}-k{next(self._namespaces)}"
+            n = next(self._namespaces)
+            # the first transfer after large_direct answered: the sample's namespace holds just that prompt, no seed
+            salt = base if n == 1 and self.direct_record is not None else f"{base}-k{n}"
             if self.vlm.measure_cold:
                 jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
         done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)

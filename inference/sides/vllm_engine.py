@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import threading
 import time
 import uuid
 
@@ -39,12 +40,15 @@ from .openai import measurement_salt
 
 log = logging.getLogger(__name__)
 SPEC_PREFIX = "vllm:"
+
+
 def is_engine_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
 
 
 class VLLMEngine(ModelSide):
-    """One side served by `vllm.LLM(model=path, **engine_args(...))` in this process (built on first use).
+    """One side served by `vllm.LLM(model=path, **resolve_engine_args(engine_args))` in this process, built on first
+    use (once, whichever thread calls first).
     Not stateful: calls from several threads are batched by the engine. See the module docstring."""
 
     stateful = False
@@ -83,7 +87,7 @@ class VLLMEngine(ModelSide):
         self.style = self._detect_style() if thinking == "auto" else thinking
         self.think_close_id = self._single_id(THINK_CLOSE)
         self.engine_args = resolve_engine_args(engine_args)
-        self._driver, self._hidden = None, None
+        self._driver, self._hidden, self._starting = None, None, threading.Lock()
         self.request_log = None  # a list: every call's (stage, prompt dict, SamplingParams, output) is appended
 
     @classmethod
@@ -99,7 +103,9 @@ class VLLMEngine(ModelSide):
     @property
     def driver(self):
         if self._driver is None:
-            self._driver = self._start()
+            with self._starting:  # many samples' threads make the first calls at once: one engine
+                if self._driver is None:
+                    self._driver = self._start()
         return self._driver
 
     def _start(self):

@@ -10,8 +10,8 @@ blocks only, so a prefix shorter than a block is never reused).
   only the `large_direct` prompt (sent there first with `max_tokens=1`, unrecorded: another K's transfer prompt
   would share more blocks than the escalation after `large_direct` can), so the server reuses exactly the
   image+question blocks an escalation reuses: record `large_transfer` (prefill = the uncached tokens); this is
-  what `latency_ms__escalate_<K>` counts. The sample's first transfer after its `large_direct` answered goes to the
-  sample's own namespace, which holds only that `large_direct` prompt (no seed needed: one request fewer);
+  what `latency_ms__escalate_<K>` counts. The sample's first transfer after its direct answer goes to the sample's
+  own namespace, which holds only that direct prompt (no seed needed: one request fewer);
 - the reused prefix as record `large_prefix` (`composed`): `prefill_tokens` = the tokens the server reused (and
   `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
   prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
@@ -30,20 +30,20 @@ from ..stages import record
 class RemotePrompt:
     """The image+question prefix of one request on the large model's server (see the module docstring)."""
 
-    def __init__(self, vlm, request, cfg):
-        self.vlm, self.request, self.cfg = vlm, request, cfg
+    def __init__(self, vlm, request, cfg, side: str = "large"):
+        self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
         self.direct_record, self._namespaces = None, itertools.count(1)  # thread-safe: transfers may overlap
         self.overlap = False  # send a transfer's cold repeat beside its two-stage calls (set by inference/overlap.py)
-        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _empty(), remote=True)
+        self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _empty(), remote=True)
 
     def transfer_text(self, reasoning: str) -> str:
         return self.vlm.prompts.transfer_question(self.request.question, reasoning)
 
     def answer(self, text: str, stage: str, *, restore_rope: bool = True, salt: str | None = None):
         """One request (`text` = the question or the transfer question): (generation, answer, record)."""
-        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, salt=salt)
-        if stage == "large_direct":
+        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, self.side, salt=salt)
+        if stage == f"{self.side}_direct":
             self.direct_record = rec
         elif self.direct_record is not None and self.vlm.require_prefix_cache:
             self._check_reuse(rec, stage)
@@ -57,17 +57,18 @@ class RemotePrompt:
 
         def two_stage():
             if salt is not None and salt != base:
-                self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt,
-                                       max_tokens=1)
-            return self.answer(text, "large_transfer", salt=salt)
+                self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
+                                       salt=salt, max_tokens=1)
+            return self.answer(text, f"{self.side}_transfer", salt=salt)
 
         jobs = {"warm": two_stage}
         if base is not None:
             n = next(self._namespaces)
-            # the first transfer after large_direct answered: the sample's namespace holds just that prompt, no seed
+            # the first transfer after the direct answer: the sample's namespace holds just that prompt, no seed
             salt = base if n == 1 and self.direct_record is not None else f"{base}-k{n}"
             if self.vlm.measure_cold:
-                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
+                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
+                                                              self.cfg, self.side)
         done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
         gen, ans, rec = done["warm"]
         cold_ms = None
@@ -83,7 +84,7 @@ class RemotePrompt:
             extra["image_tokens"] = rec["image_tokens"]
         if cold_ms is not None:
             extra["cold_ms"] = round(cold_ms, 3)
-        return gen, ans, [record("large_prefix", "large", self.vlm, "prefix", prefix, **extra), rec]
+        return gen, ans, [record(f"{self.side}_prefix", self.side, self.vlm, "prefix", prefix, **extra), rec]
 
     def _check_reuse(self, rec: dict, stage: str) -> None:
         url, model = self.vlm.client.base_url, self.vlm.model_id

@@ -255,18 +255,18 @@ class VLLMEngine(ModelSide):
         run.records.append(self._record(f"{run.side}_reason_answer", run.side, self.mode_name("reason"), ans))
         return run
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, *, salt: str | None = None,
+    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large", *, salt: str | None = None,
                       max_tokens: int | None = None):
-        """A direct answer to `question` about the request's image: (gen, answer, record)."""
+        """A direct answer to `question` about the request's image as model `side`: (gen, answer, record)."""
         limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
         gen = self.call(request, self.render(request.messages(question), "direct"), max_tokens=limit,
                         min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
-        return gen, self.clean_answer(gen.token_ids), self._record(stage, "large", self.mode_name("direct"), gen)
+        return gen, self.clean_answer(gen.token_ids), self._record(stage, side, self.mode_name("direct"), gen)
 
-    def large_prompt(self, request, cfg):
+    def large_prompt(self, request, cfg, side: str = "large"):
         from ..backends.engine_prompt import EnginePrompt
 
-        return EnginePrompt(self, request, cfg)
+        return EnginePrompt(self, request, cfg, side)
 
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):

@@ -50,8 +50,9 @@ def requests_in_flight(cfg, remote: bool) -> int | None:
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str | None = field(default=None, metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model "
-                                                              "id>' (a served model); with --large, a pair"})
+    small: str | None = field(default=None, metadata={"help": "small VLM: checkpoint folder, hub id, '<base_url>#<model "
+                                                              "id>' (a served model) or 'vllm:<folder>' (an in-process "
+                                                              "vLLM engine); with --large, a pair"})
     large: str | None = field(default=None, metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model "
                                                               "id>' (a served model)"})
     dataset: str | None = field(default=None, metadata={"help": "hub data set id or local parquet/JSONL file or folder"})

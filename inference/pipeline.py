@@ -35,6 +35,10 @@ class CollaborativePipeline:
     (answers) and `min_reason_tokens` (reasoning) are set on `config` (a PipelineConfig) or as keyword arguments.
     """
 
+    #: run_many sends a sample's independent calls at once (`overlap.py`) when every side batches concurrent calls;
+    #: set by the labeller only when its latencies are batched anyway (many samples in flight)
+    overlap_calls: bool = False
+
     def __init__(self, small=None, large=None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
                  config: PipelineConfig | None = None, *, sides=None, **config_kwargs):
         self.selector_name = selector
@@ -239,7 +243,8 @@ class CollaborativePipeline:
         (stage `<m>_prefix`); its `<m>_direct`, every transfer it answers (in increasing source and K, each branching
         off the previous prompt where the token ids agree) and its `<m>_reason` (same checkpoint, when it reasons
         for no transfer) continue through a per-sample prompt cache (`prompt_cache.py`); the image is encoded once
-        per model and role. Answers equal independent `run` calls. For a pair: small reasons once, large_direct,
+        per model and role. Answers equal independent `run` calls. With `overlap_calls` on sides that batch
+        (`overlap.py`), the same calls are made with a sample's independent ones at once. For a pair: small reasons once, large_direct,
         every `transfer_<K>` and `large_reason` continue from `large_prefix`.
         Every Result's trace lists the records of every call its answer was built from; records reused from another
         strategy's calls carry `"shared": True` and the same `"call"` id: the prefix spans (`<side>_prefix`,
@@ -251,9 +256,12 @@ class CollaborativePipeline:
         """
         from .shared_run import SharedRun
 
+        from .overlap import OverlappedRun, can_overlap
+
         ids = list(strategies) if strategies is not None else self.default_strategies()
         strats = [self.check_strategy(s) for s in ids]
-        return SharedRun(self, make_request(image, question, messages)).run(strats)
+        run = OverlappedRun if self.overlap_calls and can_overlap(self) else SharedRun
+        return run(self, make_request(image, question, messages)).run(strats)
 
 
 def _as(side, method: str, alias: str):

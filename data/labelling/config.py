@@ -16,7 +16,7 @@ NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_
                 "gpus_per_worker", "estimate_only")
 # ladder settings: recorded (and compared on --resume) only when given, so a pair's settings stay what they were
 LADDER_SETTINGS = ("models", "reasoners", "transfer_pairs", "reason_models", "cost_models")
-REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are OpenAI-compatible servers
+REMOTE_CONCURRENCY = 32  # default samples in flight when every side is a server or an in-process engine
 
 
 def both_remote(cfg) -> bool:
@@ -24,6 +24,16 @@ def both_remote(cfg) -> bool:
     from routedvlm.inference.backends.remote import is_remote
 
     return all(is_remote(spec) for spec in cfg.ladder_specs().values())
+
+
+def both_engine(cfg) -> bool:
+    """Every side is an in-process engine ('vllm:<folder>', `sides/vllm_engine.py`): they batch concurrent calls."""
+    return all(isinstance(spec, str) and spec.startswith("vllm:") for spec in cfg.ladder_specs().values())
+
+
+def both_batching(cfg) -> bool:
+    """Every side takes many requests at once (servers or in-process engines): samples may share their batches."""
+    return both_remote(cfg) or both_engine(cfg)
 
 
 def requests_in_flight(cfg, remote: bool) -> int | None:
@@ -40,8 +50,9 @@ def requests_in_flight(cfg, remote: bool) -> int | None:
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str | None = field(default=None, metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model "
-                                                              "id>' (a served model); with --large, a pair"})
+    small: str | None = field(default=None, metadata={"help": "small VLM: checkpoint folder, hub id, '<base_url>#<model "
+                                                              "id>' (a served model) or 'vllm:<folder>' (an in-process "
+                                                              "vLLM engine); with --large, a pair"})
     large: str | None = field(default=None, metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model "
                                                               "id>' (a served model)"})
     dataset: str | None = field(default=None, metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
@@ -134,7 +145,7 @@ class LabelConfig:
 
     def _check_scale(self) -> None:
         if self.concurrency is None:
-            self.concurrency = REMOTE_CONCURRENCY if both_remote(self) else 1
+            self.concurrency = REMOTE_CONCURRENCY if both_batching(self) else 1
         if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
             raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
         if self.num_workers is not None and int(self.num_workers) <= 0:

@@ -10,13 +10,16 @@ blocks only, so a prefix shorter than a block is never reused).
   only the `large_direct` prompt (sent there first with `max_tokens=1`, unrecorded: another K's transfer prompt
   would share more blocks than the escalation after `large_direct` can), so the server reuses exactly the
   image+question blocks an escalation reuses: record `large_transfer` (prefill = the uncached tokens); this is
-  what `latency_ms__escalate_<K>` counts;
+  what `latency_ms__escalate_<K>` counts. The sample's first transfer after its direct answer goes to the sample's
+  own namespace, which holds only that direct prompt (no seed needed: one request fewer);
 - the reused prefix as record `large_prefix` (`composed`): `prefill_tokens` = the tokens the server reused (and
   `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
   prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
   `latency_ms__transfer_<K>` is the cold call's measured time, and a fitted cost model prices both from tokens.
 """
 from __future__ import annotations
+
+import itertools
 
 from routedvlm.errors import BackendError, ModeUnavailableError
 
@@ -30,7 +33,8 @@ class RemotePrompt:
     def __init__(self, vlm, request, cfg, side: str = "large"):
         self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
-        self.direct_record, self._namespaces = None, 0
+        self.direct_record, self._namespaces = None, itertools.count(1)  # thread-safe: transfers may overlap
+        self.overlap = False  # send a transfer's cold repeat beside its two-stage calls (set by inference/overlap.py)
         self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _empty(), remote=True)
 
     def transfer_text(self, reasoning: str) -> str:
@@ -48,16 +52,26 @@ class RemotePrompt:
     def transfer(self, text: str):
         """The two-stage transfer call and the record of the prefix it reused: (generation, answer, [prefix, call])."""
         base, salt = self.request.__dict__.get("_measure"), None
+
+        def two_stage():
+            if salt is not None and salt != base:
+                self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
+                                       salt=salt, max_tokens=1)
+            return self.answer(text, f"{self.side}_transfer", salt=salt)
+
+        jobs = {"warm": two_stage}
         if base is not None:
-            self._namespaces += 1
-            salt = f"{base}-k{self._namespaces}"
-            self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
-                                   salt=salt, max_tokens=1)
-        gen, ans, rec = self.answer(text, f"{self.side}_transfer", salt=salt)
+            n = next(self._namespaces)
+            # the first transfer after the direct answer: the sample's namespace holds just that prompt, no seed
+            salt = base if n == 1 and self.direct_record is not None else f"{base}-k{n}"
+            if self.vlm.measure_cold:
+                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
+                                                              self.cfg, self.side)
+        done = _run(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
+        gen, ans, rec = done["warm"]
         cold_ms = None
-        if self.vlm.measure_cold and base is not None:
-            cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold", self.cfg,
-                                                              self.side)
+        if "cold" in done:
+            cold, cold_ans, cold_rec = done["cold"]
             cold_ms = _ms(cold_rec)
             if cold_ans != ans:
                 rec["cold_answer"] = cold_ans
@@ -93,6 +107,17 @@ class RemotePrompt:
             f"The attention selector needs the large model's attention weights, which {self.vlm.name!r} does not "
             "expose over HTTP. Use selector='prefix' or 'suffix' with remote models."
         )
+
+
+def _run(jobs: dict, at_once: bool) -> dict:
+    """Run named zero-argument callables, in threads when `at_once`."""
+    if not at_once or len(jobs) < 2:
+        return {name: fn() for name, fn in jobs.items()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {name: pool.submit(fn) for name, fn in jobs.items()}
+        return {name: fut.result() for name, fut in futures.items()}
 
 
 def _empty() -> Generation:

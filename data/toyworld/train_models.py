@@ -78,7 +78,7 @@ RECIPES = {
                          steps3=300, lr3=5e-4, mix3=(0.3, 0.3, 0.4), mix3_hard=(0.0, 0.4, 0.6),
                          self_hints3=4000, corrupt3=0.1),
     # The Qwen3-VL large (qwen3vl.py, for vLLM's hidden-state extraction): phase 1 of the large recipe, shorter.
-    Q3.SIDE: TrainConfig(steps=900, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3)),
+    Q3.SIDE: TrainConfig(steps=400, batch=16, lr=2.5e-3, mix=(0.4, 0.3, 0.3), warmup=30),
     # Tried (NOTES.md, step 7) and not shipped: steps3=300, lr3=5e-4, mix3=(0.3, 0.2, 0.5) with synthetic hints.
 }
 

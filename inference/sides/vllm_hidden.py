@@ -47,6 +47,19 @@ def normalize_layers(layers, n_layers: int) -> list[int]:
     return sorted(set(out))
 
 
+def supports_extraction(architectures) -> bool:
+    """Whether vLLM can extract hidden states from a checkpoint of `architectures` (config.json): its model class
+    implements vLLM's EAGLE3 interface (Qwen3-VL, Qwen2.5-VL: yes; Qwen2-VL: no). Imports vLLM."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    for arch in architectures or ():
+        model = ModelRegistry.models.get(arch)
+        if model is not None:
+            return bool(supports_eagle3(model.load_model_cls()))
+    return False
+
+
 def engine_kwargs(layers, storage_dir, *, connector: str = CONNECTOR) -> dict:
     """Extra `vllm.LLM(...)` kwargs that save the outputs of decoder `layers` (non-negative transformers indices) of
     every request's prompt and answer tokens under `storage_dir`. The model must implement vLLM's EAGLE3 interface

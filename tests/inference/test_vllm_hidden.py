@@ -104,6 +104,47 @@ def _large_qwen3vl() -> str:
     return str(default_checkpoints() / "large-qwen3vl")
 
 
+def _png_rows(pairs, folder) -> list:
+    """[[png path, question], ...] of (PIL image, question) pairs (PNG: the same pixels in the other process)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, (image, question) in enumerate(pairs):
+        image.save(folder / f"{i}.png")
+        rows.append([str(folder / f"{i}.png"), question])
+    return rows
+
+
+def _reference(job: dict, folder):
+    """(tensors, per-row info) from hidden_reference.py in the project's .venv: the transformers side as the library
+    runs it (this venv pins vLLM's older transformers); $ROUTEDVLM_LOCAL_PYTHON overrides the interpreter."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    root = Path(__file__).resolve().parents[2]
+    python = os.environ.get("ROUTEDVLM_LOCAL_PYTHON", str(root / ".venv" / "bin" / "python"))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps(job))
+    out = folder / "reference.safetensors"
+    done = subprocess.run([python, str(Path(__file__).with_name("hidden_reference.py")), str(folder / "job.json"),
+                           str(out)], env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with safe_open(str(out), "np") as fh:
+        info = json.loads(fh.metadata()["info"])["rows"]
+    return load_file(str(out)), info
+
+
+def _reference_states(tensors, i: int, layers):
+    from routedvlm.inference.hidden import HiddenStates
+
+    return HiddenStates(list(layers), {layer: tensors[f"{i}.prompt_last.{layer}"] for layer in layers},
+                        {layer: tensors[f"{i}.answer.{layer}"] for layer in layers})
+
+
 @pytest.fixture(scope="module")
 def engine_large():
     from routedvlm.inference.sides.vllm_engine import VLLMEngine
@@ -115,22 +156,24 @@ def engine_large():
 
 
 @pytest.mark.vllm_engine
-def test_engine_vector_equals_the_transformers_capture(engine_large):
+def test_engine_vector_equals_the_transformers_capture(engine_large, tmp_path):
     from routedvlm.data.toyworld.task import make_samples
-    from routedvlm.inference import CollaborativePipeline, VLM
+    from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.hidden import POSITIONS
 
-    local = VLM.from_pretrained(_large_qwen3vl(), device="cpu")
-    local.capture_hidden(LAYERS)
+    samples = make_samples("eval", 6, seed=5)
+    rows = _png_rows([(s.image, s.question) for s in samples], tmp_path / "png")
+    ref, info = _reference({"rows": rows, "large": _large_qwen3vl(), "layers": LAYERS, "max_direct_tokens": 8},
+                           tmp_path / "ref")
     assert engine_large.returns_hidden_states
-    pipes = [CollaborativePipeline(s, s, max_direct_tokens=8) for s in (local, engine_large)]
-    for sample in make_samples("eval", 6, seed=5):
-        want, got = (p.run(sample.image, sample.question, "large_direct") for p in pipes)
-        assert got.generation.token_ids == want.generation.token_ids and got.answer == want.answer
-        a, b = want.generation.hidden, got.generation.hidden
-        assert b.layers == a.layers == LAYERS
+    pipe = CollaborativePipeline(engine_large, engine_large, max_direct_tokens=8)
+    for i, sample in enumerate(samples):
+        got = pipe.run(sample.image, sample.question, "large_direct")
+        assert (got.generation.token_ids, got.answer) == (info[i]["token_ids"], info[i]["answer"])
+        a, b = _reference_states(ref, i, LAYERS), got.generation.hidden
+        assert b.layers == LAYERS
         for layer in LAYERS:
-            assert b.answer[layer].shape == a.answer[layer].shape
+            assert b.answer[layer].shape == a.answer[layer].shape == (len(info[i]["token_ids"]) - 1, 128)
             np.testing.assert_allclose(b.prompt_last[layer], a.prompt_last[layer], rtol=RTOL, atol=ATOL)
             np.testing.assert_allclose(b.answer[layer], a.answer[layer], rtol=RTOL, atol=ATOL)
         for position in POSITIONS:
@@ -182,26 +225,26 @@ def engine_probe(engine_labels):
         labels, meta = load_labels("labels.parquet")
         config = TrainConfig(router="self-probe", data="labels.parquet", output_dir="run", no_mlflow=True,
                              hidden_layers=[2], hidden_position="all_mean", num_boost_round=20, target_accuracy=0.8)
-        return train_router(config, labels, meta), meta
+        return train_router(config, labels, meta), meta, engine_labels
 
 
 @pytest.mark.vllm_engine
 def test_self_probe_trains_on_engine_labels_with_the_engine_s_hidden_states(engine_probe):
     from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
-    from routedvlm.training.probe.self_probe import attach_hidden, resolve_large
 
-    result, meta = engine_probe
+    result, meta, root = engine_probe
     router = result.router
     assert meta["models"]["large"]["engine"] == "vllm"
     assert isinstance(router, SelfProbeRouter) and router.policy.params["hidden"]["layers"] == [2]
     recomputed = router.policy.params["recomputed"]
     assert recomputed["side"] == "vllm-engine" and recomputed["answers_equal_labels"] == recomputed["rows"] == N_LABEL
-    # the training inputs equal what transformers computes for the same rows
+    # the training inputs equal what the transformers side computes for the same rows
     rows = result.test.head(5)
-    large = resolve_large(type("C", (), {"large": None})(), meta)
-    local, _ = attach_hidden(rows.drop(columns=[HIDDEN_KEY]), meta, large, [2], "all_mean", progress=False)
-    for got, want in zip(rows[HIDDEN_KEY], local[HIDDEN_KEY]):
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    ref, _ = _reference({"rows": _png_rows(zip(rows["image"], rows["question"]), root / "check-png"),
+                         "large": _large_qwen3vl(), "layers": [2], "max_direct_tokens": meta["generation"]
+                         ["max_direct_tokens"]}, root / "check-ref")
+    for i, got in enumerate(rows[HIDDEN_KEY]):
+        np.testing.assert_allclose(got, _reference_states(ref, i, [2]).vector("all_mean"), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.vllm_engine
@@ -210,25 +253,26 @@ def test_routedvlm_with_the_engine_large_side_decides_as_with_transformers(engin
     from routedvlm.inference import RoutedVLM
     from routedvlm.router.strategies import LARGE_DIRECT
 
-    result, _ = engine_probe
+    result, _, root = engine_probe
     router = result.router
     # a rule that reads the probe on every request, at a threshold that splits these rows both ways
-    p = router.predict_proba(result.test)[LARGE_DIRECT]
-    router.policy.rule, router.policy.tau = {"name": "tau"}, float(np.median(p))
+    router.policy.rule = {"name": "tau"}
+    router.policy.tau = float(np.median(router.predict_proba(result.test)[LARGE_DIRECT]))
+    router.save(root / "tau-router")
     small, large = str(checkpoint_pair()[0]), _large_qwen3vl()
-    settings = dict(k_grid=K_GRID, max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS, device="cpu")
-    on_engine = RoutedVLM.from_pretrained(small, f"vllm:{large}", router, **settings)
-    local = RoutedVLM.from_pretrained(small, large, router, **settings)
+    settings = dict(k_grid=K_GRID, max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS)
+    test = result.test.head(6)
+    rows = _png_rows(zip(test["image"], test["question"]), root / "route-png")
+    ref, info = _reference({"rows": rows, "small": small, "large": large, "router": str(root / "tau-router"),
+                            "settings": {**settings, "device": "cpu"}}, root / "route-ref")
+    on_engine = RoutedVLM.from_pretrained(small, f"vllm:{large}", str(root / "tau-router"), **settings, device="cpu")
     assert on_engine.router is not None, on_engine.router_error
     try:
-        for _, row in result.test.head(6).iterrows():
-            got = on_engine(image=row["image"], question=row["question"])
-            read_on_engine = np.array(router.last_input)  # the router object is shared: keep what each one read
-            want = local(image=row["image"], question=row["question"])
+        for i, (image, question) in enumerate(zip(test["image"], test["question"])):
+            got = on_engine(image=image, question=question)
             before = [r["stage"] for r in got.trace[: got.trace.index(got.decision)]]
             assert before.count("large_direct") == 1  # the probe read the pass that answered, no second one
-            np.testing.assert_allclose(read_on_engine, router.last_input, rtol=RTOL, atol=ATOL)
-            assert (got.decision["strategy"], got.answer) == (want.decision["strategy"], want.answer)
-            assert router.last_input is not None and read_on_engine.shape == router.last_input.shape
+            np.testing.assert_allclose(on_engine.router.last_input, ref[f"{i}.read"], rtol=RTOL, atol=ATOL)
+            assert (got.decision["strategy"], got.answer) == (info[i]["strategy"], info[i]["answer"])
     finally:
         on_engine.pipeline.large.close()

@@ -192,7 +192,7 @@ def test_an_engine_without_extraction_says_so():
         side.capture_hidden([1])
 
 
-N_LABEL, K_GRID = 40, (4, 8, 16)
+N_LABEL, K_GRID = 80, (4, 8, 16)  # train-router needs 80 rows (40 train, 20 calibration, 20 test)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import pathlib
 import time
@@ -30,6 +29,7 @@ import uuid
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
 
+from ..backends.vllm_io import ENGINE_ARGS_ENV, generation, resolve_engine_args
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
@@ -39,41 +39,8 @@ from .openai import measurement_salt
 
 log = logging.getLogger(__name__)
 SPEC_PREFIX = "vllm:"
-ENGINE_ARGS_ENV = "ROUTEDVLM_VLLM_ENGINE_ARGS"
-ENGINE_DEFAULTS = {"enable_prefix_caching": True, "disable_log_stats": False,
-                   "limit_mm_per_prompt": {"image": 1, "video": 0}}
-# the CPU build: KV blocks of 32 tokens (it refuses 16; prefix caching reuses whole blocks), no graph capture,
-# float32 (answers equal the local float32 side's)
-CPU_DEFAULTS = {"block_size": 32, "enforce_eager": True, "dtype": "float32"}
-
-
 def is_engine_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
-
-
-def resolve_engine_args(extra: dict | None = None) -> dict:
-    """The keyword arguments of `vllm.LLM` (besides `model`), see the module docstring."""
-    args = dict(ENGINE_DEFAULTS)
-    if os.environ.get("VLLM_TARGET_DEVICE", "").lower() == "cpu" or not _has_cuda():
-        args.update(CPU_DEFAULTS)
-    text = os.environ.get(ENGINE_ARGS_ENV)
-    if text:
-        try:
-            env = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments, e.g. "
-                              f"'{{\"max_num_seqs\": 64}}'. Got {text!r} ({exc}).") from None
-        if not isinstance(env, dict):
-            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments. Got {text!r}.")
-        args.update(env)
-    args.update(extra or {})
-    return args
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 class VLLMEngine(ModelSide):
@@ -145,9 +112,7 @@ class VLLMEngine(ModelSide):
                                        f"(`make vllm-env`, then run with .venv-vllm/bin/python): {exc}") from None
         kwargs = dict(self.engine_args)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            kwargs.update(vllm_hidden.engine_kwargs(*self._hidden))
+            kwargs.update(_hidden_module().engine_kwargs(*self._hidden))
         log.info("starting vLLM engine for %s with %s", self.name, kwargs)
         return EngineDriver(vllm.LLM(model=self.name, **kwargs), name=self.name)
 
@@ -164,9 +129,7 @@ class VLLMEngine(ModelSide):
         interface: Qwen3-VL, Qwen2.5-VL; not Qwen2-VL) and vLLM is installed."""
         if self._extractable is None:
             try:
-                from . import vllm_hidden
-
-                self._extractable = vllm_hidden.supports_extraction(getattr(self.config, "architectures", None))
+                self._extractable = _hidden_module().supports_extraction(getattr(self.config, "architectures", None))
             except ImportError:
                 self._extractable = False
         return self._extractable
@@ -175,8 +138,7 @@ class VLLMEngine(ModelSide):
         """Capture decoder `layers` (transformers indices; negative counts from the end) in every call, by vLLM's
         hidden-state extraction during the call itself (`sides/vllm_hidden.py`); must come before the engine's first
         call."""
-        from . import vllm_hidden
-
+        vllm_hidden = _hidden_module()
         if not self.returns_hidden_states:
             raise ModeUnavailableError(
                 f"{SPEC_PREFIX}{self.name} cannot capture hidden states: vLLM extracts them only from models with its "
@@ -240,11 +202,8 @@ class VLLMEngine(ModelSide):
     def params(self, max_tokens: int, min_tokens: int = 0):
         from vllm import SamplingParams
 
-        extra = None
-        if self._hidden is not None:  # keep the answer tokens' hidden states too, not only the prompt's
-            from . import vllm_hidden
-
-            extra = vllm_hidden.request_params()
+        # with hidden states on, keep the answer tokens' states too, not only the prompt's
+        extra = _hidden_module().request_params() if self._hidden is not None else None
         return SamplingParams(temperature=0.0, max_tokens=int(max_tokens), min_tokens=min(int(min_tokens), int(max_tokens)),
                               logprobs=self.top_logprobs or None, detokenize=False, skip_special_tokens=False,
                               extra_args=extra)
@@ -262,26 +221,10 @@ class VLLMEngine(ModelSide):
         return self.generation(out, (time.perf_counter() - t0) * 1000)
 
     def generation(self, out, wall_ms: float) -> Generation:
-        """A Generation from one RequestOutput (see the module docstring for the times)."""
-        comp = out.outputs[0]
-        ids = list(comp.token_ids)
-        steps = list(comp.logprobs or [])
-        logprobs = [float(step[t].logprob) for step, t in zip(steps, ids) if step and t in step]
-        first = _entropy(steps[0]) if steps and steps[0] else float("nan")
-        prompt, cached = len(out.prompt_token_ids or []), int(getattr(out, "num_cached_tokens", 0) or 0)
-        m = getattr(out, "metrics", None)
-        if m is not None and getattr(m, "first_token_ts", 0) and getattr(m, "scheduled_ts", 0):
-            prefill = max(m.first_token_ts - m.scheduled_ts, 0.0) * 1000
-            decode = max(m.last_token_ts - m.first_token_ts, 0.0) * 1000
-        else:
-            prefill, decode = 0.0, wall_ms
-        n = len(ids)
-        times = [decode * i / max(n - 1, 1) for i in range(n)]
-        gen = Generation(ids, logprobs, first, times, 0.0, prefill, decode, max(prompt - cached, 0), cached)
+        """A Generation from one RequestOutput (`backends/vllm_io.py`), with the hidden states when captured."""
+        gen = generation(out, wall_ms)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            gen.hidden = vllm_hidden.read_hidden(out, self._hidden[0])
+            gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen
 
     def _record(self, stage, side, mode, gen, **extra) -> dict:
@@ -349,11 +292,12 @@ class VLLMEngine(ModelSide):
         return gen, answer, reasoning
 
 
-def _entropy(step: dict) -> float:
-    """Entropy (nats) of a token's distribution from its top logprobs, the rest of the mass as one outcome."""
-    ps = [math.exp(lp.logprob) for lp in step.values() if math.isfinite(lp.logprob)]
-    rest = max(0.0, 1.0 - sum(ps))
-    return -sum(p * math.log(p) for p in ps if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0)
+def _hidden_module():
+    """routedvlm.inference.sides.vllm_hidden (vLLM's hidden-state extraction: `engine_kwargs`, `read_hidden`),
+    imported only when hidden states are asked for."""
+    import importlib
+
+    return importlib.import_module("routedvlm.inference.sides.vllm_hidden")
 
 
 def _jsonable(value) -> bool:

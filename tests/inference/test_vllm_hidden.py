@@ -192,7 +192,7 @@ def test_an_engine_without_extraction_says_so():
         side.capture_hidden([1])
 
 
-N_LABEL, K_GRID = 80, (4, 8, 16)  # train-router needs 80 rows (40 train, 20 calibration, 20 test)
+N_LABEL, K_GRID = 80, (4, 8, 16)  # train-router's minimum: 40 train, 20 calibration, 20 test
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +224,8 @@ def engine_probe(engine_labels):
         mp.chdir(engine_labels)
         labels, meta = load_labels("labels.parquet")
         config = TrainConfig(router="self-probe", data="labels.parquet", output_dir="run", no_mlflow=True,
-                             hidden_layers=[2], hidden_position="all_mean", num_boost_round=20, target_accuracy=0.8)
+                             hidden_layers=[2], hidden_position="all_mean", num_boost_round=20, target_accuracy=0.8,
+                             calib_fraction=0.25, test_fraction=0.25)
         return train_router(config, labels, meta), meta, engine_labels
 
 

@@ -121,8 +121,10 @@ def _large_direct_runs(pipe, rows, engine: bool, progress: bool):
         bar.update()
         return result
 
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(rows)))) as pool:
-        out = list(pool.map(one, rows))
+    # the first row alone: it starts the engine (built on a side's first call), which threads must not race to do
+    out = [one(rows[0])] if rows else []
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(rows)))) as pool:
+        out += list(pool.map(one, rows[1:]))
     bar.close()
     return out
 

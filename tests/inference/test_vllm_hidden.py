@@ -260,7 +260,8 @@ def test_routedvlm_with_the_engine_large_side_decides_as_with_transformers(engin
     result, _, root = engine_probe
     router = result.router
     # a rule that reads the probe on every request, at a threshold that splits these rows both ways
-    router.policy.rule = {"name": "tau"}
+    # (an infeasible certificate leaves a fixed one-shot rule: back to the cascade, which pays large_direct first)
+    router.policy.rule, router.policy.mode, router.policy.paid_stages = {"name": "tau"}, "cascade", [LARGE_DIRECT]
     router.policy.tau = float(np.median(router.predict_proba(result.test)[LARGE_DIRECT]))
     router.save(root / "tau-router")
     small, large = str(checkpoint_pair()[0]), _large_qwen3vl()

@@ -41,7 +41,7 @@ def route(job: dict) -> tuple[dict, dict]:
     for i, (png, question) in enumerate(job["rows"]):
         out = vlm(image=Image.open(png).convert("RGB"), question=question)
         tensors[f"{i}.read"] = np.asarray(vlm.router.last_input, dtype=np.float32)
-        info.append({"strategy": out.decision["strategy"], "answer": out.answer})
+        info.append({"strategy": out.decision["strategy"], "answer": out.text, "p_correct": out.p_correct})
     return tensors, {"rows": info}
 
 

@@ -278,6 +278,7 @@ def test_routedvlm_with_the_engine_large_side_decides_as_with_transformers(engin
             before = [r["stage"] for r in got.trace[: got.trace.index(got.decision)]]
             assert before.count("large_direct") == 1  # the probe read the pass that answered, no second one
             np.testing.assert_allclose(on_engine.router.last_input, ref[f"{i}.read"], rtol=RTOL, atol=ATOL)
-            assert (got.decision["strategy"], got.answer) == (info[i]["strategy"], info[i]["answer"])
+            assert (got.decision["strategy"], got.text) == (info[i]["strategy"], info[i]["answer"])
+            assert got.p_correct == pytest.approx(info[i]["p_correct"], abs=1e-4)
     finally:
         on_engine.pipeline.large.close()

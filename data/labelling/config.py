@@ -13,7 +13,7 @@ DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', 
 # source they imply may not: see labelling.check_latency_source)
 NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_address", "num_workers",
                 "gpus_per_worker")
-REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are OpenAI-compatible servers
+REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are servers or in-process engines
 
 
 def both_remote(cfg) -> bool:
@@ -23,9 +23,20 @@ def both_remote(cfg) -> bool:
     return is_remote(cfg.small) and is_remote(cfg.large)
 
 
+def both_engine(cfg) -> bool:
+    """Both sides are in-process engines ('vllm:<folder>', `sides/vllm_engine.py`): they batch concurrent calls."""
+    return all(isinstance(s, str) and s.startswith("vllm:") for s in (cfg.small, cfg.large))
+
+
+def both_batching(cfg) -> bool:
+    """Both sides take many requests at once (servers or in-process engines), so samples may share their batches."""
+    return both_remote(cfg) or both_engine(cfg)
+
+
 def requests_in_flight(cfg, remote: bool) -> int | None:
-    """Samples in flight on one model at once: 1 for local models (one per replica), else concurrency x Ray
-    workers (None: Ray workers not counted yet, i.e. as many as the cluster gives)."""
+    """Samples in flight on one model at once: 1 for local models (one per replica), else (`remote`: both sides take
+    many requests at once, `both_batching`) concurrency x Ray workers (None: Ray workers not counted yet, i.e. as
+    many as the cluster gives)."""
     if not remote:
         return 1
     if cfg.ray and cfg.num_workers is None:
@@ -37,8 +48,10 @@ def requests_in_flight(cfg, remote: bool) -> int | None:
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
-    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model id>' (a served model)"})
+    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, '<base_url>#<model id>' (a served model) "
+                                         "or 'vllm:<folder>' (an in-process vLLM engine)"})
+    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, '<base_url>#<model id>' (a served model) "
+                                         "or 'vllm:<folder>' (an in-process vLLM engine)"})
     dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
     out: str = field(metadata={"help": "labels.parquet to write"})
     adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
@@ -73,7 +86,8 @@ class LabelConfig:
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
-                                    "when both sides are servers, else 1; local models run one sample at a time)"})
+                                    "when both sides are servers or in-process engines ('vllm:<folder>'), else 1; local models run one "
+                                    "sample at a time)"})
     ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
                       "pool, one pipeline per worker"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join, e.g. 'auto' or "
@@ -112,7 +126,7 @@ class LabelConfig:
 
     def _check_scale(self) -> None:
         if self.concurrency is None:
-            self.concurrency = REMOTE_CONCURRENCY if both_remote(self) else 1
+            self.concurrency = REMOTE_CONCURRENCY if both_batching(self) else 1
         if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
             raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
         if self.num_workers is not None and int(self.num_workers) <= 0:

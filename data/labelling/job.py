@@ -12,7 +12,7 @@ import time
 
 from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
-from .config import LabelConfig, both_remote
+from .config import LabelConfig, both_batching
 from .parts import PartStore, is_outage
 from .per_sample import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
 from .table import build_table, scorers_of
@@ -122,10 +122,10 @@ def _open_run(cfg: LabelConfig, store: PartStore, settings: dict):
     if manifest is None and store.part_files():
         raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
     store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
-    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_remote(cfg)))
+    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_batching(cfg)))
     if cost_meta["latency_source"] == BATCHED:
-        log.warning("several samples in flight on the servers: latency_ms__ columns will be batched wall times "
-                    "(metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
+        log.warning("several samples in flight on the servers or engines: latency_ms__ columns will be batched "
+                    "times (metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
                     "profile.json (`routedvlm profile --model URL#ID ...` against the same servers)", BATCHED)
     metadata = (manifest or {}).get("metadata")
     if metadata is not None:
@@ -133,8 +133,9 @@ def _open_run(cfg: LabelConfig, store: PartStore, settings: dict):
     return metadata, stage_ms, cost_meta
 
 
-def _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta) -> tuple[dict, float]:
-    """Label `todo` (plain or on Ray), writing the manifest first on a new run; (metadata, seconds)."""
+def _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta, pipe=None) -> tuple[dict, float]:
+    """Label `todo` (plain or on Ray), writing the manifest first on a new run; (metadata, seconds). pipe: a pipeline
+    already loaded from cfg's sides (else loaded here)."""
     if cfg.ray:
         from .ray_pool import RayLabeller
 
@@ -145,14 +146,14 @@ def _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms,
             return metadata, ray_run.label(store, todo)
     from .runner import label_todo
 
-    pipe, device = load_pipeline(cfg)
+    pipe, device = load_pipeline(cfg) if pipe is None else (pipe, cfg.device)
     if metadata is None:
         metadata = build_metadata(cfg, pipe, device, source, cost_meta)
         store.write_manifest(settings, metadata)
     return metadata, label_todo(pipe, cfg, store, todo, load, stage_ms)
 
 
-def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -> LabelSummary:
+def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float, pipe=None) -> LabelSummary:
     store.clean_temp()
     store.check_start(cfg.resume)  # again, under the lock: another run may have finished in between
     if cfg.resume and store.out.exists() and not store.has_work():
@@ -168,7 +169,8 @@ def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -
     seconds = 0.0
     if todo or metadata is None:
         try:
-            metadata, seconds = _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+            metadata, seconds = _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta,
+                                               pipe)
         except SideUnavailableError as exc:
             kept = len(store.done_ids())
             raise SideUnavailableError(f"{exc} The run stopped: {kept} labelled sample(s) are kept in {store.dir}; "
@@ -176,14 +178,16 @@ def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float) -
     return _finish(cfg, store, metadata, {sid for _, sid in mine}, len(todo), t0, seconds)
 
 
-def run_labelling(cfg: LabelConfig) -> LabelSummary:
+def run_labelling(cfg: LabelConfig, *, pipe=None) -> LabelSummary:
     """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring.
-    One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive."""
+    One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive.
+    pipe: a `CollaborativePipeline` already holding cfg's sides (`per_sample.load_pipeline(cfg)`), reused instead of
+    loading them again (a benchmark or a test with in-process engines); not with --ray."""
     t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
     store.check_start(cfg.resume)
     with store.lock:
         try:
-            return _run_locked(cfg, store, settings, t0)
+            return _run_locked(cfg, store, settings, t0, pipe)
         finally:
             if not store.has_work():
                 store.remove()  # only our lock was there: leave no empty folder behind

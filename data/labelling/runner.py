@@ -4,8 +4,11 @@ Samples go through a thread pool that never holds more than N at once; finished 
 `flush_every` samples (or FLUSH_SECONDS), so an interrupt loses at most the N in flight, which `--resume` redoes.
 Within a sample the strategies share work exactly as in a serial run (`run_many`). Local models serve one sample
 at a time (a lock around `run_many`: transformers' generate does not batch and the models hold per-call state),
-so with local sides concurrency only overlaps data loading and scoring; servers take N requests at once.
-`latency_source` says what `latency_ms__` means for a run (DESIGN.md: standalone, or batched wall times).
+so with local sides concurrency only overlaps data loading and scoring; servers take N requests at once, and so do
+in-process engines ('vllm:<folder>'): every stage call of the N samples in flight goes to the engine's driver thread,
+which adds it to the running batch (continuous batching, `inference/backends/vllm_driver.py`), so each stage of the
+strategy grid runs for many samples at once. `label_unit` labels one list of samples and returns its rows (a Ray
+actor's unit). `latency_source` says what `latency_ms__` means for a run (DESIGN.md: standalone, or batched times).
 """
 from __future__ import annotations
 
@@ -114,6 +117,17 @@ def label_rows(pipe, cfg, todo, load, stage_ms, on_row, stop: threading.Event | 
     finally:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def label_unit(pipe, cfg, unit, load, stage_ms) -> list:
+    """The rows of `unit` [(position, sample_id)], in the unit's order, with up to cfg.concurrency samples in flight
+    (on engine sides: their calls batched by the engines); no state outside its arguments."""
+    rows = []
+    label_rows(pipe, cfg, [tuple(x) for x in unit], load, stage_ms, rows.append)
+    order = {int(p): i for i, (p, _) in enumerate(unit)}
+    from .parts import ORDER_COLUMN
+
+    return sorted(rows, key=lambda row: order.get(int(row[ORDER_COLUMN]), 0))
 
 
 def label_todo(pipe, cfg, store, todo, load, stage_ms) -> float:

@@ -1,0 +1,139 @@
+"""`routedvlm label` on in-process vLLM engines vs vLLM's own offline `LLM.generate` on the same requests, one run.
+
+Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by both measurements). Per repetition:
+1. labelling: `run_labelling` (what `routedvlm label` runs) on `--samples` toy `label`-split samples, every strategy
+   (K grid 4, 8, 16 + all), `--concurrency` samples in flight; every request each engine answered is logged;
+2. the engines' own throughput on the same work: the labelling's requests (same prompts, images, max/min tokens,
+   greedy), less the labeller's measurement-only requests (the `large_prefix_seed` that gives each two-stage
+   measurement its own cache namespace, and the cold one-stage repeats `large_transfer_cold`), without cache salts,
+   each engine's prefix cache reset first, through `LLM.generate` in two waves per engine (the calls a sample can
+   make at once: directs and reasoning; then what needs their outputs: reasoning answers and transfers), both
+   engines at once.
+Printed: samples/s of each, labelling as a fraction of the engine's (the goal: >= 0.8), how many of the engine's
+answers (output token ids) equal the labelling's for the same request, and the load average. Run in .venv-vllm:
+
+    VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \\
+        .venv-vllm/bin/python benchmarks/bench_engine_labelling.py --samples 64
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+
+MEASUREMENT_ONLY = ("large_prefix_seed", "large_transfer_cold")
+FIRST_WAVE = ("small_direct", "small_reason", "large_direct", "large_reason")
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--samples", type=int, default=64, help="toy samples labelled per repetition")
+    p.add_argument("--concurrency", type=int, default=64, help="samples in flight while labelling")
+    p.add_argument("--repeats", type=int, default=2, help="repetitions (engine, labelling) alternated")
+    p.add_argument("--max-num-seqs", type=int, default=128, help="vllm.LLM max_num_seqs of each engine")
+    p.add_argument("--cost", default=None, help="label with --cost PROFILE (no cold one-stage repeats)")
+    return p.parse_args(argv)
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _label(pipe, dataset, out, args, logs) -> tuple[float, int]:
+    from routedvlm.data.labelling.job import run_labelling
+    from routedvlm.data.toyworld.make_labels import toy_label_config
+
+    cfg = toy_label_config(dataset, out, f"vllm:{pipe.small.name}", f"vllm:{pipe.large.name}", progress=False,
+                           concurrency=args.concurrency, flush_every=max(8, args.concurrency), cost=args.cost)
+    for side, log in zip((pipe.small, pipe.large), logs):
+        side.request_log, side.measure_cold = log, cfg.cost is None
+    try:
+        summary = run_labelling(cfg, pipe=pipe)
+    finally:
+        for side in (pipe.small, pipe.large):
+            side.request_log = None
+    if summary.errors:
+        raise SystemExit(f"labelling failed on {summary.errors} samples: {summary.error_examples}")
+    return summary.label_seconds, summary.labelled_now
+
+
+def _waves(log) -> list[list]:
+    """The work requests of one engine's log, as [(prompt without salt, params, labelled output)] per wave."""
+    waves = [[], []]
+    for stage, prompt, params, out in log:
+        if stage in MEASUREMENT_ONLY:
+            continue
+        plain = {k: v for k, v in prompt.items() if k != "cache_salt"}
+        waves[0 if stage in FIRST_WAVE else 1].append((plain, params, out))
+    return waves
+
+
+def _engine(pipe, logs) -> tuple[float, int, int]:
+    """Seconds of the engines' own runs of the logged work, and (equal, compared) answers."""
+    per_side = [_waves(log) for log in logs]
+    for side in (pipe.small, pipe.large):
+        side.driver.llm.reset_prefix_cache()
+    results, seconds = {}, 0.0
+    for wave in (0, 1):
+        def run(i, side):
+            reqs = per_side[i][wave]
+            if reqs:
+                results[(i, wave)] = side.driver.llm.generate([r[0] for r in reqs], [r[1] for r in reqs], use_tqdm=False)
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=run, args=(i, side)) for i, side in enumerate((pipe.small, pipe.large))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds += time.perf_counter() - t0
+    equal = total = 0
+    for (i, wave), outs in results.items():
+        for (_, _, labelled), mine in zip(per_side[i][wave], outs):
+            total += 1
+            equal += list(mine.outputs[0].token_ids) == list(labelled.outputs[0].token_ids)
+    return seconds, equal, total
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    for name, value in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_CPU_KVCACHE_SPACE", "1"),
+                        ("VLLM_CPU_OMP_THREADS_BIND", "nobind"), ("VLLM_NO_USAGE_STATS", "1"), ("HF_HUB_OFFLINE", "1")):
+        os.environ.setdefault(name, value)
+    from routedvlm.data.toyworld.make_labels import (MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair,
+                                                     write_split)
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+
+    work = tempfile.mkdtemp(prefix="bench-engine-")
+    dataset = write_split("label", args.samples, 5, work)
+    t0 = time.perf_counter()
+    small, large = (VLLMEngine(str(p), engine_args={"max_num_seqs": args.max_num_seqs}) for p in checkpoint_pair())
+    pipe = CollaborativePipeline(small, large, k_grid=TOY_K_GRID, max_direct_tokens=MAX_DIRECT_TOKENS,
+                                 max_reason_tokens=MAX_REASON_TOKENS)
+    _ = small.driver, large.driver
+    print(f"engines started in {time.perf_counter() - t0:.1f} s; {args.samples} samples, concurrency "
+          f"{args.concurrency}, max_num_seqs {args.max_num_seqs}, cost {args.cost}")
+    _label(pipe, write_split("label", 4, 99, work + "/warm"), f"{work}/warm.parquet", args, ([], []))  # warm-up
+    rows = []
+    for rep in range(args.repeats):
+        logs = ([], [])
+        load0 = _load()
+        label_s, n = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs)
+        engine_s, equal, total = _engine(pipe, logs)
+        work_reqs = sum(len(w) for log in logs for w in _waves(log))
+        rows.append((label_s, engine_s))
+        print(f"rep {rep}: labelling {n / label_s:.3f} samples/s ({label_s:.1f} s, {sum(map(len, logs))} requests); "
+              f"engine {n / engine_s:.3f} samples/s ({engine_s:.1f} s, {work_reqs} requests); "
+              f"ratio {engine_s / label_s:.3f}; answers equal {equal}/{total}; load {load0} -> {_load()}")
+    label_s, engine_s = (sum(r[i] for r in rows) for i in (0, 1))
+    print(f"overall: labelling / engine throughput = {engine_s / label_s:.3f} (goal >= 0.8)")
+    small.close()
+    large.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""One thread that owns a `vllm.LLM` and feeds it requests from any thread: the engine's own continuous batching.
+
+`EngineDriver.submit(prompt, params)` queues one request and returns a Future of its `RequestOutput`. The driver
+thread adds every queued request to the engine (`LLM.enqueue`, the path `LLM.generate` takes) and steps it
+(`LLM.llm_engine.step`, what `LLM.generate`'s own loop does), so requests from many samples share the engine's
+batches and new ones join between steps instead of waiting for a batch to drain. With one caller thread there is one
+request in flight (a standalone latency); with many, the engine schedules them together. Nothing here is specific to
+routedvlm's stages: `sides/vllm_engine.py` builds the prompts and reads the outputs.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+
+from routedvlm.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+
+class EngineDriver:
+    """Owns `llm` (a built `vllm.LLM`) from one daemon thread; `submit` may be called from any thread."""
+
+    def __init__(self, llm, name: str = "vllm"):
+        self.llm, self.name = llm, name
+        self._queue: queue.Queue = queue.Queue()
+        self._pending: dict[str, Future] = {}
+        self._closed = threading.Event()
+        self.steps = 0  # engine steps taken (a benchmark reads it)
+        self._thread = threading.Thread(target=self._loop, name=f"routedvlm-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt, params) -> Future:
+        """Queue one request (a vLLM prompt dict and its SamplingParams); the Future holds its final RequestOutput."""
+        if self._closed.is_set():
+            raise BackendError(f"The in-process vLLM engine {self.name!r} is closed; load the side again.")
+        fut: Future = Future()
+        self._queue.put((prompt, params, fut))
+        return fut
+
+    def run(self, prompts, params) -> list:
+        """Submit several requests at once and wait for all of them (outputs in the order given)."""
+        futures = [self.submit(p, s) for p, s in zip(prompts, params)]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # ----- the driver thread -------------------------------------------------------------------------------------
+    def _take(self, block: bool) -> list:
+        items = []
+        try:
+            item = self._queue.get(block=block)
+            while True:
+                if item is None:
+                    return items + [None]
+                items.append(item)
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            return items
+
+    def _add(self, items) -> None:
+        prompts, params, futures = [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
+        try:
+            ids = self.llm.enqueue(prompts, params, use_tqdm=False)
+        except Exception as exc:  # noqa: BLE001 - a bad request fails its callers, the engine goes on
+            if len(items) > 1:  # find the culprit: add them one by one
+                for item in items:
+                    self._add([item])
+                return
+            futures[0].set_exception(exc)
+            return
+        for rid, fut in zip(ids, futures):
+            self._pending[_external(rid)] = fut
+
+    def _loop(self) -> None:
+        engine = self.llm.llm_engine
+        while True:
+            items = self._take(block=not self._pending)
+            stop = bool(items) and items[-1] is None
+            items = [i for i in items if i is not None]
+            if items:
+                self._add(items)
+            if stop:
+                self._fail_all(BackendError(f"The in-process vLLM engine {self.name!r} was closed."))
+                return
+            if not self._pending:
+                continue
+            try:
+                outputs = engine.step()
+                self.steps += 1
+            except Exception as exc:  # noqa: BLE001 - a dead engine fails every waiting caller
+                log.error("vLLM engine %s failed: %s: %s", self.name, type(exc).__name__, exc)
+                self._fail_all(BackendError(f"The in-process vLLM engine {self.name!r} failed: "
+                                            f"{type(exc).__name__}: {exc}"))
+                self._closed.set()
+                return
+            for out in outputs:
+                if getattr(out, "finished", False):
+                    fut = self._pending.pop(str(out.request_id), None)
+                    if fut is not None:
+                        fut.set_result(out)
+
+    def _fail_all(self, exc) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.set_exception(exc)
+        for item in self._take(block=False):
+            if item is not None:
+                item[2].set_exception(exc)
+
+
+def _external(request_id: str) -> str:
+    """The id a RequestOutput carries: vLLM adds '-<8 random characters>' to the id `enqueue` returns."""
+    head, sep, tail = str(request_id).rpartition("-")
+    return head if sep and len(tail) == 8 else str(request_id)

@@ -1,0 +1,344 @@
+"""`VLLMEngine`: a model side (`ModelSide`) served by an in-process vLLM engine (`vllm.LLM`), spec `vllm:<checkpoint>`.
+
+Prompts are rendered here with the checkpoint's own tokenizer and chat template, exactly as the local side (`VLM`)
+renders them (the same methods), and sent as text + image (`multi_modal_data`); vLLM expands the image tokens.
+Decoding is greedy; answers and reasoning are read from the output token ids with the local side's code, so an
+engine side answers what the local side answers. Requests go through one driver thread per engine
+(`backends/vllm_driver.py`): calls from many threads (many samples in flight) share the engine's batches.
+
+Measured by the engine itself:
+- stage times from the request's engine timestamps (`RequestOutput.metrics`: scheduled -> first token = prefill,
+  incl. the vision encoder; first -> last token = decode; queueing is left out), per-token times spread linearly;
+- reuse from the engine's prefix cache (`RequestOutput.num_cached_tokens`: `cached_tokens`, `prefill_tokens` =
+  prompt - cached). Two-stage decoding (escalation) is a second request sharing the `large_direct` prompt's prefix,
+  and measured calls are isolated with vLLM's `cache_salt` exactly as on an HTTP side (`backends/remote_prompt.py`):
+  a sample's namespace for `large_direct` and the two-stage calls, a fresh one (a cold call) for everything else.
+The attention selector is unavailable (no attention weights). The engine is built on the first call, so
+`capture_hidden(layers)` can still configure it (`sides/vllm_hidden.py`, the self-probe).
+Engine arguments: `ENGINE_DEFAULTS`, on a CPU also `CPU_DEFAULTS`, then $ROUTEDVLM_VLLM_ENGINE_ARGS (a JSON object),
+then `engine_args=`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pathlib
+import time
+import uuid
+
+from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
+
+from ..generation import Generation
+from ..prompts import DEFAULT_PROMPTS, PromptConfig
+from ..stages import ReasoningRun, record
+from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+from .local import VLM
+from .openai import measurement_salt
+
+log = logging.getLogger(__name__)
+SPEC_PREFIX = "vllm:"
+ENGINE_ARGS_ENV = "ROUTEDVLM_VLLM_ENGINE_ARGS"
+ENGINE_DEFAULTS = {"enable_prefix_caching": True, "disable_log_stats": False,
+                   "limit_mm_per_prompt": {"image": 1, "video": 0}}
+# the CPU build: KV blocks of 32 tokens (it refuses 16; prefix caching reuses whole blocks), no graph capture,
+# float32 (answers equal the local float32 side's)
+CPU_DEFAULTS = {"block_size": 32, "enforce_eager": True, "dtype": "float32"}
+
+
+def is_engine_spec(spec) -> bool:
+    return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
+
+
+def resolve_engine_args(extra: dict | None = None) -> dict:
+    """The keyword arguments of `vllm.LLM` (besides `model`), see the module docstring."""
+    args = dict(ENGINE_DEFAULTS)
+    if os.environ.get("VLLM_TARGET_DEVICE", "").lower() == "cpu" or not _has_cuda():
+        args.update(CPU_DEFAULTS)
+    text = os.environ.get(ENGINE_ARGS_ENV)
+    if text:
+        try:
+            env = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments, e.g. "
+                              f"'{{\"max_num_seqs\": 64}}'. Got {text!r} ({exc}).") from None
+        if not isinstance(env, dict):
+            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments. Got {text!r}.")
+        args.update(env)
+    args.update(extra or {})
+    return args
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VLLMEngine(ModelSide):
+    """One side served by `vllm.LLM(model=path, **engine_args(...))` in this process (built on first use).
+    Not stateful: calls from several threads are batched by the engine. See the module docstring."""
+
+    stateful = False
+    measure_cold = True
+    require_prefix_cache = True
+
+    # the local side's prompt rendering and output parsing (same tokenizer, same chat template, same answers)
+    _render_probe, _detect_style, _single_id = VLM._render_probe, VLM._detect_style, VLM._single_id
+    render, text_ids, decode, split_reasoning, clean_answer = (VLM.render, VLM.text_ids, VLM.decode,
+                                                                VLM.split_reasoning, VLM.clean_answer)
+    answer_text, reasoning_token_count, hit_limit = VLM.answer_text, VLM.reasoning_token_count, VLM.hit_limit
+    special_tokens = VLM.special_tokens
+
+    def __init__(self, path, *, reasoner: "VLLMEngine | None" = None, thinking: str = "auto",
+                 prompts: PromptConfig | None = None, reason_prompt: bool = True, top_logprobs: int = 5,
+                 engine_args: dict | None = None):
+        from transformers import AutoConfig, GenerationConfig
+
+        from ..processors import load_processor
+
+        self.name, self.path = str(path), pathlib.Path(path)
+        if not self.path.is_dir():
+            raise ModelLoadError(f"The vLLM engine side needs a local checkpoint folder ('vllm:<folder>'). "
+                                 f"{self.name!r} is not a folder.")
+        try:
+            self.config = AutoConfig.from_pretrained(self.name)
+            self.processor, self.tokenizer = load_processor(self.name, self.config.model_type)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"Cannot read the checkpoint {self.name!r} for a vLLM engine: {exc}") from exc
+        try:
+            self.generation_config = GenerationConfig.from_pretrained(self.name)
+        except OSError:
+            self.generation_config = None
+        self.prompts, self.reasoner, self.reason_prompt, self.top_logprobs = (prompts or DEFAULT_PROMPTS, reasoner,
+                                                                               reason_prompt, int(top_logprobs))
+        self.style = self._detect_style() if thinking == "auto" else thinking
+        self.think_close_id = self._single_id(THINK_CLOSE)
+        self.engine_args = resolve_engine_args(engine_args)
+        self._driver, self._hidden = None, None
+        self.request_log = None  # a list: every call's (stage, prompt dict, SamplingParams, output) is appended
+
+    @classmethod
+    def from_spec(cls, spec: str, *, reasoner=None, **kwargs) -> "VLLMEngine":
+        """The side of 'vllm:<checkpoint folder>'; `reasoner` another such spec (or folder) or a VLLMEngine."""
+        path = spec[len(SPEC_PREFIX):] if is_engine_spec(spec) else spec
+        if isinstance(reasoner, (str, os.PathLike)):
+            reasoner = cls.from_spec(str(reasoner), thinking="auto", prompts=kwargs.get("prompts"),
+                                     engine_args=kwargs.get("engine_args"))
+        return cls(path, reasoner=reasoner, **kwargs)
+
+    # ----- the engine (built lazily) --------------------------------------------------------------------------
+    @property
+    def driver(self):
+        if self._driver is None:
+            self._driver = self._start()
+        return self._driver
+
+    def _start(self):
+        from ..backends.vllm_driver import EngineDriver
+
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ModeUnavailableError(f"The side {SPEC_PREFIX}{self.name} needs vLLM in this environment "
+                                       f"(`make vllm-env`, then run with .venv-vllm/bin/python): {exc}") from None
+        kwargs = dict(self.engine_args)
+        if self._hidden is not None:
+            from . import vllm_hidden
+
+            kwargs.update(vllm_hidden.engine_kwargs(*self._hidden))
+        log.info("starting vLLM engine for %s with %s", self.name, kwargs)
+        return EngineDriver(vllm.LLM(model=self.name, **kwargs), name=self.name)
+
+    def close(self) -> None:
+        """Stop the driver thread and release the engine (a later call starts a new one)."""
+        if self._driver is not None:
+            driver, self._driver = self._driver, None
+            driver.close()
+            del driver.llm
+
+    @property
+    def returns_hidden_states(self) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec("routedvlm.inference.sides.vllm_hidden") is not None
+
+    def capture_hidden(self, layers) -> None:
+        """Capture decoder `layers` in every call (vLLM's hidden-state extraction, `sides/vllm_hidden.py`); must come
+        before the engine's first call."""
+        try:
+            from . import vllm_hidden  # noqa: F401
+        except ImportError as exc:
+            raise ModeUnavailableError(f"{SPEC_PREFIX}{self.name} cannot capture hidden states: this installation "
+                                       f"has no routedvlm.inference.sides.vllm_hidden ({exc}).") from None
+        if self._driver is not None:
+            raise ConfigError(f"capture_hidden must be called before the first call of {SPEC_PREFIX}{self.name}: "
+                              "its engine is already running. Load the side again and capture first.")
+        import tempfile
+
+        self._hidden = (list(layers), tempfile.mkdtemp(prefix="routedvlm-vllm-hidden-"))
+
+    # ----- identity -------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return f"vllm:{self.name}"
+
+    def describe(self) -> dict:
+        import importlib.metadata as md
+
+        try:
+            version = md.version("vllm")
+        except md.PackageNotFoundError:
+            version = None
+        return {"name": self.name, "dtype": str(self.engine_args.get("dtype", "auto")), "device": "vllm-engine",
+                "weights": self.name, "checkpoint": self.name, "engine": "vllm", "vllm": version,
+                "engine_args": {k: v for k, v in self.engine_args.items() if _jsonable(v)}}
+
+    def context_length(self) -> int | None:
+        text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+        limit = getattr(text, "max_position_embeddings", None)
+        given = self.engine_args.get("max_model_len")
+        return min(x for x in (limit, given) if x) if (limit or given) else None
+
+    def eos_ids(self) -> list:
+        eos = getattr(self.generation_config, "eos_token_id", None)
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        return eos + ([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])
+
+    def start_sample(self, request) -> None:
+        """Name this sample's prefix-cache namespace (`cache_salt`) for a measured run."""
+        request.__dict__.setdefault("_measure", f"routedvlm-{uuid.uuid4().hex[:16]}")
+
+    # ----- one request ----------------------------------------------------------------------------------------
+    def prompt_for(self, request, text: str, salt: str | None) -> dict:
+        """The vLLM prompt dict of a rendered prompt `text` about the request's image."""
+        prompt = {"prompt": text}
+        if request.image is not None:
+            prompt["multi_modal_data"] = {"image": request.image}
+        if salt is not None:
+            prompt["cache_salt"] = salt
+        return prompt
+
+    def params(self, max_tokens: int, min_tokens: int = 0):
+        from vllm import SamplingParams
+
+        return SamplingParams(temperature=0.0, max_tokens=int(max_tokens), min_tokens=min(int(min_tokens), int(max_tokens)),
+                              logprobs=self.top_logprobs or None, detokenize=False, skip_special_tokens=False)
+
+    def call(self, request, text: str, *, max_tokens: int, min_tokens: int = 0, stage: str = "",
+             salt: str | None = None) -> Generation:
+        """One request: the rendered prompt `text` (+ the request's image) decoded greedily. salt: the `cache_salt`
+        (default: the request's measurement salt for `stage`, see sides/openai.py: measurement_salt)."""
+        salt = salt if salt is not None else measurement_salt(request, stage)
+        t0 = time.perf_counter()
+        prompt, params = self.prompt_for(request, text, salt), self.params(max_tokens, min_tokens)
+        out = self.driver.submit(prompt, params).result()
+        if self.request_log is not None:
+            self.request_log.append((stage, prompt, params, out))
+        return self.generation(out, (time.perf_counter() - t0) * 1000)
+
+    def generation(self, out, wall_ms: float) -> Generation:
+        """A Generation from one RequestOutput (see the module docstring for the times)."""
+        comp = out.outputs[0]
+        ids = list(comp.token_ids)
+        steps = list(comp.logprobs or [])
+        logprobs = [float(step[t].logprob) for step, t in zip(steps, ids) if step and t in step]
+        first = _entropy(steps[0]) if steps and steps[0] else float("nan")
+        prompt, cached = len(out.prompt_token_ids or []), int(getattr(out, "num_cached_tokens", 0) or 0)
+        m = getattr(out, "metrics", None)
+        if m is not None and getattr(m, "first_token_ts", 0) and getattr(m, "scheduled_ts", 0):
+            prefill = max(m.first_token_ts - m.scheduled_ts, 0.0) * 1000
+            decode = max(m.last_token_ts - m.first_token_ts, 0.0) * 1000
+        else:
+            prefill, decode = 0.0, wall_ms
+        n = len(ids)
+        times = [decode * i / max(n - 1, 1) for i in range(n)]
+        gen = Generation(ids, logprobs, first, times, 0.0, prefill, decode, max(prompt - cached, 0), cached)
+        if self._hidden is not None:
+            from . import vllm_hidden
+
+            gen.hidden = vllm_hidden.read_hidden(out, self._hidden[0])
+        return gen
+
+    def _record(self, stage, side, mode, gen, **extra) -> dict:
+        if not gen.cached_tokens:
+            extra["n_images"] = 1
+        return record(stage, side, self, mode, gen, engine=True, **extra)
+
+    # ----- ModelSide stages -----------------------------------------------------------------------------------
+    def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
+        gen = self.call(request, self.render(request.messages(), "direct"), max_tokens=cfg.max_direct_tokens,
+                        min_tokens=cfg.min_new_tokens, stage=f"{side}_direct")
+        rec = self._record(f"{side}_direct", side, self.mode_name("direct"), gen)
+        return gen, self.clean_answer(gen.token_ids), [rec]
+
+    def run_reasoning(self, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),
+                      inputs=None) -> ReasoningRun:
+        vlm = self.reasoning_side()
+        text = vlm.render(request.messages(vlm.question_for(request.question, "reason")), "reason")
+        gen = vlm.call(request, text, max_tokens=max_tokens, min_tokens=min(cfg.min_reason_tokens, max_tokens),
+                       stage=f"{side}_reason")
+        rids, rtext, answer = vlm.split_reasoning(gen.token_ids)
+        rec = vlm._record(f"{side}_reason", side, vlm.mode_name("reason"), gen, reasoning_tokens=len(rids))
+        run = ReasoningRun(vlm, side, gen, None, rids, rtext, answer, [rec])
+        run._request, run._prompt_text = request, text
+        return run
+
+    def finish_answer(self, run: ReasoningRun, cfg) -> ReasoningRun:
+        """Close a reasoning run that stopped inside its reasoning: its prompt + its tokens + the closing text, a
+        direct answer continued from there (as the local side continues its KV cache)."""
+        gen = run.gen
+        body = gen.token_ids if gen.token_ids and gen.token_ids[-1] not in self.eos_ids() else gen.token_ids[:-1]
+        text = run._prompt_text + self.tokenizer.decode(body, skip_special_tokens=False) + self.close_text()
+        ans = self.call(run._request, text, max_tokens=cfg.max_direct_tokens, min_tokens=cfg.min_new_tokens,
+                        stage=f"{run.side}_reason_answer")
+        run.answer, run.answer_gen = self.clean_answer(ans.token_ids), ans
+        run.records.append(self._record(f"{run.side}_reason_answer", run.side, self.mode_name("reason"), ans))
+        return run
+
+    def answer_prompt(self, request, question: str, stage: str, cfg, *, salt: str | None = None,
+                      max_tokens: int | None = None):
+        """A direct answer to `question` about the request's image: (gen, answer, record)."""
+        limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
+        gen = self.call(request, self.render(request.messages(question), "direct"), max_tokens=limit,
+                        min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
+        return gen, self.clean_answer(gen.token_ids), self._record(stage, "large", self.mode_name("direct"), gen)
+
+    def large_prompt(self, request, cfg):
+        from ..backends.engine_prompt import EnginePrompt
+
+        return EnginePrompt(self, request, cfg)
+
+    def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
+                 check_context=None):
+        """(Generation, answer or None while reasoning, reasoning or None) of one call (as `VLM.complete`)."""
+        text = self.render(request.messages(), mode)
+        if partial is not None:
+            if partial.startswith(THINK_OPEN):
+                stripped = text.rstrip()
+                text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
+            text += partial
+        gen = self.call(request, text, max_tokens=max_tokens, min_tokens=min_tokens, salt=None, stage="complete")
+        if mode != "reason" or partial is not None:
+            return gen, self.clean_answer(gen.token_ids), None
+        _, reasoning, answer = self.split_reasoning(gen.token_ids)
+        return gen, answer, reasoning
+
+
+def _entropy(step: dict) -> float:
+    """Entropy (nats) of a token's distribution from its top logprobs, the rest of the mass as one outcome."""
+    ps = [math.exp(lp.logprob) for lp in step.values() if math.isfinite(lp.logprob)]
+    rest = max(0.0, 1.0 - sum(ps))
+    return -sum(p * math.log(p) for p in ps if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0)
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except TypeError:
+        return False
+
+
+__all__ = ["ENGINE_ARGS_ENV", "SPEC_PREFIX", "VLLMEngine", "is_engine_spec", "resolve_engine_args"]

@@ -1,0 +1,136 @@
+"""The in-process vLLM engine side without vLLM (the normal suite): the spec, lazy engine start, prompts rendered as
+the local side renders them, the driver thread's batching of calls from many threads (a fake engine), and what the
+labeller makes of engine sides. With vLLM itself: tests/inference/test_vllm_engine.py (marked `vllm_engine`)."""
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from routedvlm.errors import BackendError, ConfigError, ModeUnavailableError
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from routedvlm.data.toyworld.make_labels import checkpoint_pair
+
+    return [str(p) for p in checkpoint_pair()]
+
+
+def test_vllm_spec_loads_an_engine_side_without_starting_vllm(pair, monkeypatch):
+    from routedvlm.inference.sides import load_side
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # no vLLM here: building the side must not need it
+    side = load_side(f"vllm:{pair[1]}")
+    assert isinstance(side, VLLMEngine) and side.name == pair[1] and side._driver is None
+    assert side.describe()["engine"] == "vllm" and not side.stateful
+    with pytest.raises(ModeUnavailableError, match=r"^The side vllm:.* needs vLLM in this environment \(`make vllm-env`"):
+        side.driver
+
+
+def test_engine_side_renders_the_local_sides_prompts(pair):
+    from routedvlm.inference.inputs import make_request
+    from routedvlm.inference.sides.local import VLM
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from PIL import Image
+
+    local, engine = VLM.from_pretrained(pair[0], device="cpu"), VLLMEngine(pair[0])
+    req = make_request(Image.new("RGB", (32, 32), "white"), "How many red bars?", None)
+    assert engine.style == local.style
+    for mode in ("direct", "reason"):
+        assert engine.render(req.messages(), mode) == local.render(req.messages(), mode)
+    assert engine.eos_ids() == local.eos_ids() and engine.context_length() == local.context_length()
+
+
+def test_capture_hidden_needs_the_hidden_module_and_an_unstarted_engine(pair, monkeypatch):
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+
+    side = VLLMEngine(pair[1])
+    monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm_hidden", None)
+    with pytest.raises(ModeUnavailableError, match=r"^vllm:.* cannot capture hidden states"):
+        side.capture_hidden([1])
+    monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm_hidden", SimpleNamespace())
+    side._driver = object()  # the engine has answered a call already
+    with pytest.raises(ConfigError, match=r"^capture_hidden must be called before the first call"):
+        side.capture_hidden([1])
+
+
+def test_engine_args_come_from_defaults_environment_and_caller(monkeypatch):
+    from routedvlm.inference.sides.vllm_engine import ENGINE_ARGS_ENV, resolve_engine_args
+
+    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
+    monkeypatch.setenv(ENGINE_ARGS_ENV, '{"max_num_seqs": 64, "block_size": 64}')
+    args = resolve_engine_args({"max_num_seqs": 8})
+    assert args["enable_prefix_caching"] and args["max_num_seqs"] == 8 and args["block_size"] == 64
+    assert args["dtype"] == "float32" and args["enforce_eager"]
+    monkeypatch.setenv(ENGINE_ARGS_ENV, "[1]")
+    with pytest.raises(ConfigError, match=r"^\$ROUTEDVLM_VLLM_ENGINE_ARGS must be a JSON object"):
+        resolve_engine_args()
+
+
+class FakeLLM:
+    """enqueue/step like vllm.LLM: every step finishes all requests added so far (ids like vLLM's internal ones)."""
+
+    def __init__(self, fail_on=None):
+        self.batches, self.waiting, self.n, self.fail_on = [], [], 0, fail_on
+        self.llm_engine = self
+
+    def enqueue(self, prompts, params, use_tqdm=False):
+        if self.fail_on in prompts:
+            raise ValueError(f"bad prompt {self.fail_on}")
+        self.batches.append(list(prompts))
+        ids = []
+        for p in prompts:
+            ids.append(f"{self.n}-abcdefgh")
+            self.waiting.append((str(self.n), p))
+            self.n += 1
+        return ids
+
+    def step(self):
+        done, self.waiting = self.waiting, []
+        return [SimpleNamespace(request_id=rid, finished=True, prompt=p) for rid, p in done]
+
+
+def test_driver_batches_calls_from_many_threads_and_fails_only_a_bad_request():
+    from routedvlm.inference.backends.vllm_driver import EngineDriver
+
+    llm = FakeLLM(fail_on="bad")
+    driver = EngineDriver(llm, name="fake")
+    gate = threading.Barrier(9)
+    results = {}
+
+    def call(i):
+        gate.wait()
+        results[i] = driver.submit(f"p{i}", None)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    for t in threads:
+        t.join()
+    assert {i: f.result(timeout=10).prompt for i, f in results.items()} == {i: f"p{i}" for i in range(8)}
+    assert driver.run(["x", "y", "z"], [None] * 3)[2].prompt == "z"
+    bad, good = driver.submit("bad", None), driver.submit("ok", None)
+    with pytest.raises(ValueError, match="bad prompt"):
+        bad.result(timeout=10)
+    assert good.result(timeout=10).prompt == "ok"
+    driver.close()
+    with pytest.raises(BackendError, match="is closed"):
+        driver.submit("late", None)
+
+
+def test_labelling_on_engine_sides_keeps_many_samples_in_flight_and_says_latencies_are_batched(tmp_path):
+    from routedvlm.data.labelling.config import LabelConfig
+    from routedvlm.data.labelling.metadata import scale_info
+    from routedvlm.data.labelling.runner import BATCHED, WALL_CLOCK, latency_source
+    from routedvlm.data.labelling.config import both_batching
+
+    cfg = LabelConfig(small="vllm:s", large="vllm:l", dataset="d", out=str(tmp_path / "o.parquet"))
+    assert cfg.concurrency == 32 and latency_source(cfg, both_batching(cfg)) == BATCHED
+    assert scale_info(cfg)["requests_in_flight"] == 32
+    one = LabelConfig(small="vllm:s", large="vllm:l", dataset="d", out=str(tmp_path / "o.parquet"), concurrency=1)
+    assert latency_source(one, both_batching(one)) == WALL_CLOCK
+    mixed = LabelConfig(small="vllm:s", large="some/folder", dataset="d", out=str(tmp_path / "o.parquet"))
+    assert mixed.concurrency == 1  # a local side serves one sample at a time

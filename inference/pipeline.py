@@ -31,6 +31,10 @@ class CollaborativePipeline:
     `min_reason_tokens` (reasoning) are set on `config` (a PipelineConfig) or as keyword arguments.
     """
 
+    #: run_many sends a sample's independent calls at once (`overlap.py`) when both sides batch concurrent calls; set by
+    #: the labeller only when its latencies are batched anyway (many samples in flight)
+    overlap_calls: bool = False
+
     def __init__(self, small, large, selector: str = "prefix", k_grid=DEFAULT_K_GRID, config: PipelineConfig | None = None,
                  **config_kwargs):
         from .sides import load_side
@@ -173,7 +177,8 @@ class CollaborativePipeline:
         the large model's image+question prefix is prefilled ONCE (stage `large_prefix`); `large_direct`, every
         `transfer_<K>` (in increasing K, each branching off the previous K's prompt where the token ids agree) and
         `large_reason` (same checkpoint) continue through a per-sample prompt cache (`prompt_cache.py`); the image
-        is encoded once per model. Answers equal independent `run` calls.
+        is encoded once per model. Answers equal independent `run` calls. With `overlap_calls` on sides that batch
+        (`overlap.py`), the same calls are made with a sample's independent ones at once.
         Every Result's trace lists the records of every call its answer was built from; records reused from another
         strategy's calls carry `"shared": True` and the same `"call"` id: the prefix spans (`<side>_prefix`,
         `<side>_branch`: prefill only) and the reasoning. So the standalone latency of a strategy = sum over its
@@ -182,11 +187,13 @@ class CollaborativePipeline:
         (`decode_ms` = reasoning_generation.token_times_ms[K-1], `decode_tokens` = K, `"composed": True`), and
         the two-stage `escalate_<K>` increment = that sum without the `large_prefix` record.
         """
+        from .overlap import OverlappedRun, can_overlap
         from .shared_run import SharedRun
 
         ids = list(strategies) if strategies is not None else default_strategies(self.k_grid)
         strats = [parse_strategy(s) for s in ids]
-        return SharedRun(self, make_request(image, question, messages)).run(strats)
+        run = OverlappedRun if self.overlap_calls and can_overlap(self) else SharedRun
+        return run(self, make_request(image, question, messages)).run(strats)
 
 
 class _NoRestore:

@@ -97,7 +97,17 @@ def label_rows(pipe, cfg, todo, load, stage_ms, on_row, stop: threading.Event | 
             on_row(process(pipe, cfg, position, sample_id, load, load.dataset_name, stage_ms))
         return
     view = _Serialised(pipe) if has_stateful_side(pipe) else pipe
-    stop = stop or threading.Event()
+    overlap = getattr(pipe, "overlap_calls", False)
+    if view is pipe:  # latencies are batched anyway: a sample's independent calls go out at once (inference/overlap.py)
+        pipe.overlap_calls = True
+    try:
+        _in_flight(view, cfg, todo, load, stage_ms, on_row, stop or threading.Event(), n)
+    finally:
+        pipe.overlap_calls = overlap
+
+
+def _in_flight(view, cfg, todo, load, stage_ms, on_row, stop, n) -> None:
+    from .per_sample import process
 
     def work(item):
         return None if stop.is_set() else process(view, cfg, item[0], item[1], load, load.dataset_name, stage_ms)

@@ -18,6 +18,8 @@ blocks only, so a prefix shorter than a block is never reused).
 """
 from __future__ import annotations
 
+import itertools
+
 from routedvlm.errors import BackendError, ModeUnavailableError
 
 from ..generation import Generation
@@ -30,7 +32,8 @@ class RemotePrompt:
     def __init__(self, vlm, request, cfg):
         self.vlm, self.request, self.cfg = vlm, request, cfg
         self.direct_text = request.question
-        self.direct_record, self._namespaces = None, 0
+        self.direct_record, self._namespaces = None, itertools.count(1)  # thread-safe: transfers may overlap
+        self.overlap = False  # send a transfer's cold repeat beside its two-stage calls (set by inference/overlap.py)
         self.prefix_record = record("large_prefix", "large", vlm, "prefix", _empty(), remote=True)
 
     def transfer_text(self, reasoning: str) -> str:
@@ -47,15 +50,26 @@ class RemotePrompt:
 
     def transfer(self, text: str):
         """The two-stage transfer call and the record of the prefix it reused: (generation, answer, [prefix, call])."""
+        from ..pipeline_parts import parallel
+
         base, salt = self.request.__dict__.get("_measure"), None
+
+        def two_stage():
+            if salt is not None:
+                self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt,
+                                       max_tokens=1)
+            return self.answer(text, "large_transfer", salt=salt)
+
+        jobs = {"warm": two_stage}
         if base is not None:
-            self._namespaces += 1
-            salt = f"{base}-k{self._namespaces}"
-            self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt, max_tokens=1)
-        gen, ans, rec = self.answer(text, "large_transfer", salt=salt)
+            salt = f"{base}-k{next(self._namespaces)}"
+            if self.vlm.measure_cold:
+                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
+        done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
+        gen, ans, rec = done["warm"]
         cold_ms = None
-        if self.vlm.measure_cold and base is not None:
-            cold, cold_ans, cold_rec = self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
+        if "cold" in done:
+            cold, cold_ans, cold_rec = done["cold"]
             cold_ms = _ms(cold_rec)
             if cold_ans != ans:
                 rec["cold_answer"] = cold_ans

@@ -214,3 +214,51 @@ def test_a_new_side_runs_every_strategy_through_the_pipeline():
     assert pipe.escalate(alone["large_direct"], 8).answer == "l:8"
     plain = pipe.complete("small", make_request(None, "How many?", None), thinking=False)
     assert plain.answer == "s:0" and plain.finish_reason == "stop" and plain.trace[0]["stage"] == "small_direct"
+
+
+class MeetingSide(WordSide):
+    """A WordSide whose calls of the first stage wait until all four are in flight (a Barrier): only a run that sends
+    a sample's independent calls at once gets past it."""
+
+    def __init__(self, name, barrier):
+        super().__init__(name)
+        self.barrier = barrier
+
+    def run_direct(self, side, request, cfg, **kw):
+        self.barrier.wait()
+        return super().run_direct(side, request, cfg, **kw)
+
+    def run_reasoning(self, side, request, cfg, max_tokens, **kw):
+        self.barrier.wait()
+        return super().run_reasoning(side, request, cfg, max_tokens, **kw)
+
+    def large_prompt(self, request, cfg):
+        prefix, barrier = super().large_prompt(request, cfg), self.barrier
+        answer = prefix.answer
+
+        def meeting_answer(text, stage, restore_rope=True):
+            if stage == "large_direct":
+                barrier.wait()
+            return answer(text, stage, restore_rope)
+
+        prefix.answer = meeting_answer
+        return prefix
+
+
+def test_overlapped_run_many_sends_a_samples_independent_calls_at_once_with_the_same_results():
+    import threading
+
+    from routedvlm.inference import CollaborativePipeline
+
+    strategies = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_4", "transfer_8",
+                  "transfer_all"]
+    serial = CollaborativePipeline(WordSide("s"), WordSide("l"), k_grid=[4, 8], max_reason_tokens=10)
+    want = serial.run_many(None, "How many?", strategies)
+    barrier = threading.Barrier(4, timeout=30)
+    pipe = CollaborativePipeline(MeetingSide("s", barrier), MeetingSide("l", barrier), k_grid=[4, 8],
+                                 max_reason_tokens=10)
+    pipe.overlap_calls = True  # the labeller sets it when many samples are in flight on sides that batch
+    got = pipe.run_many(None, "How many?", strategies)
+    assert {s: r.answer for s, r in got.items()} == {s: r.answer for s, r in want.items()}
+    assert {s: [r["stage"] for r in res.trace] for s, res in got.items()} == \
+        {s: [r["stage"] for r in res.trace] for s, res in want.items()}

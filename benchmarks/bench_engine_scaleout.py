@@ -123,6 +123,19 @@ def run_pool(ray, args, model, rows) -> dict:
     return {"wall_s": t3 - t0, "load_s": t1 - t0, "engine_load_s": load_s, "generate_s": t2 - t1, "answers": answers}
 
 
+def vllm_032_shim() -> None:
+    """Ray 2.60's Ray Data LLM is written against vLLM 0.29 (`ray[llm]` pins vllm==0.29.0): its multimodal stage imports
+    `vllm.entrypoints.chat_utils`, which vLLM 0.32 moved to `vllm.renderers.chat_utils` (same function, same
+    signature). Every Ray worker of the raydata path gets this alias (a worker_process_setup_hook)."""
+    import importlib
+    import sys
+
+    try:
+        importlib.import_module("vllm.entrypoints.chat_utils")
+    except ImportError:
+        sys.modules["vllm.entrypoints.chat_utils"] = importlib.import_module("vllm.renderers.chat_utils")
+
+
 def run_raydata(ray, args, model, rows) -> dict:
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
@@ -177,7 +190,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-scaleout-") as workdir:
         rows, dataset = _rows(args, workdir)
         for name in [p.strip() for p in args.paths.split(",") if p.strip()]:
-            ray.init(num_cpus=2 * args.workers, include_dashboard=False, log_to_driver=False)
+            hook = {"runtime_env": {"worker_process_setup_hook": vllm_032_shim}} if name == "raydata" else {}
+            ray.init(num_cpus=2 * args.workers, include_dashboard=False, log_to_driver=False, **hook)
             try:
                 if name == "label":
                     results[name] = run_label(args, dataset, workdir)

@@ -12,9 +12,11 @@ with `--workers` engines:
   label    (with --label) `routedvlm label --ray --num-workers W` on engine sides (`vllm:<folder>`): the whole
            strategy grid per sample through the batched labeller, each actor one engine per side (other work: it
            is reported in samples/s and requests are not comparable with the two above).
-Reported per path: wall seconds end to end (cluster up, engines loaded, all answers back, engines stopped), the
-engines' load time where it can be separated, requests/s over the whole run and over the generation only, and
-whether the answers equal the pool's. The machine's load average is printed before and after.
+Reported per path: wall seconds end to end (engines loaded, all answers back; for the pool also engines stopped),
+requests/s over that, the steady rate (requests/s from the first answers out to the last: engine start-up and the
+first batch left out, the same measure on both paths), the ratios to the pool, and whether the answers equal the
+pool's (for `label`: samples/s over its labelling, engine start-up excluded). The machine's load average is printed
+before and after each path: on a shared machine only ratios from one run count.
 
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \\
       HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 nice -n 5 .venv-vllm/bin/python benchmarks/bench_engine_scaleout.py
@@ -105,14 +107,16 @@ def run_pool(ray, args, model, rows) -> dict:
     load_s = max(ray.get([e.hello.remote() for e in engines]))
     t1 = time.perf_counter()
     queue = deque(rows[i:i + args.unit] for i in range(0, len(rows), args.unit))
-    running, answers = {}, {}
+    running, answers, stamps = {}, {}, []
     for e in engines:
         if queue:
             running[e.label.remote(queue.popleft())] = e
     while running:
         ready, _ = ray.wait(list(running), num_returns=1)
         e = running.pop(ready[0])
-        answers.update({sid: (text, n) for sid, text, n in ray.get(ready[0])})
+        got = ray.get(ready[0])
+        answers.update({sid: (text, n) for sid, text, n in got})
+        stamps.append((time.perf_counter(), len(got)))
         if queue:
             running[e.label.remote(queue.popleft())] = e
     t2 = time.perf_counter()
@@ -120,7 +124,16 @@ def run_pool(ray, args, model, rows) -> dict:
     for e in engines:
         ray.kill(e)
     t3 = time.perf_counter()
-    return {"wall_s": t3 - t0, "load_s": t1 - t0, "engine_load_s": load_s, "generate_s": t2 - t1, "answers": answers}
+    return {"wall_s": t3 - t0, "load_s": t1 - t0, "engine_load_s": load_s, "generate_s": t2 - t1,
+            "steady_req_per_s": _steady(stamps), "answers": answers}
+
+
+def _steady(stamps) -> float | None:
+    """Requests per second between the first answers out and the last (engine start-up and the first batch left
+    out): the rate once the engines run, comparable between the two paths."""
+    if len(stamps) < 2 or stamps[-1][0] <= stamps[0][0]:
+        return None
+    return sum(n for _, n in stamps[1:]) / (stamps[-1][0] - stamps[0][0])
 
 
 def vllm_032_shim() -> None:
@@ -157,13 +170,13 @@ def run_raydata(ray, args, model, rows) -> dict:
         preprocess_map_kwargs={"num_cpus": 0.25}, postprocess_map_kwargs={"num_cpus": 0.25},
         builder_kwargs=dict(chat_template_kwargs={"enable_thinking": args.thinking}),
     )
-    t0, first = time.perf_counter(), None
-    answers = {}
-    for row in processor(ray.data.from_items(rows)).iter_rows():
-        first = first or time.perf_counter()
-        answers[row["sample_id"]] = (row["text"], int(row["n"]))
+    t0, answers, stamps = time.perf_counter(), {}, []
+    for batch in processor(ray.data.from_items(rows)).iter_batches(batch_size=None, batch_format="pandas"):
+        stamps.append((time.perf_counter(), len(batch)))
+        answers.update({sid: (text, int(n)) for sid, text, n in zip(batch["sample_id"], batch["text"], batch["n"])})
     t2 = time.perf_counter()
-    return {"wall_s": t2 - t0, "first_row_s": (first or t2) - t0, "answers": answers}
+    return {"wall_s": t2 - t0, "first_row_s": (stamps[0][0] if stamps else t2) - t0,
+            "steady_req_per_s": _steady(stamps), "answers": answers}
 
 
 def run_label(args, dataset, workdir) -> dict:
@@ -210,19 +223,24 @@ def _report(args, results, load_before) -> None:
     base = results.get("pool") or next(iter(results.values()))
     print(f"\n{n} requests ({args.model}, thinking {'on' if args.thinking else 'off'}, max {args.max_tokens} tokens), "
           f"{args.workers} engines, units of {args.unit}; load before {load_before}")
-    print(f"{'path':8} {'wall s':>8} {'req/s wall':>11} {'x pool':>7} {'gen s':>7} {'req/s gen':>10} same answers")
+    print(f"{'path':8} {'wall s':>8} {'req/s wall':>11} {'x pool':>7} {'gen s':>7} {'req/s steady':>13} {'x pool':>7} "
+          "same answers")
     table = {}
     for name, r in results.items():
         per_s = n / r["wall_s"]
         gen = r.get("generate_s")
         same = (r["answers"] == base["answers"]) if r["answers"] and base["answers"] else None
+        steady, base_steady = r.get("steady_req_per_s"), base.get("steady_req_per_s")
+        x_steady = steady / base_steady if steady and base_steady else None
         table[name] = {"wall_s": round(r["wall_s"], 2), "req_per_s_wall": round(per_s, 3),
+                       "steady_req_per_s": steady and round(steady, 3), "x_pool_steady": x_steady and round(x_steady, 3),
                        "x_pool_wall": round(base["wall_s"] / r["wall_s"], 3), "generate_s": gen and round(gen, 2),
                        "same_answers": same, **{k: round(v, 2) for k, v in r.items()
                                                 if k in ("load_s", "engine_load_s", "first_row_s")},
                        "load_after": r["load_after"]}
-        print(f"{name:8} {r['wall_s']:8.1f} {per_s:11.3f} {table[name]['x_pool_wall']:7.3f} "
-              f"{(gen or float('nan')):7.1f} {(n / gen if gen else float('nan')):10.3f} {same}")
+        nan = float("nan")
+        print(f"{name:8} {r['wall_s']:8.1f} {per_s:11.3f} {table[name]['x_pool_wall']:7.3f} {(gen or nan):7.1f} "
+              f"{(steady or nan):13.3f} {(x_steady or nan):7.3f} {same}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"args": vars(args), "load_before": load_before,
                                                        "results": table}, indent=2))

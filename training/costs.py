@@ -34,8 +34,9 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def _escalate_column(strategy: str) -> str:
-    st = parse_strategy(strategy)
-    return "latency_ms__escalate_all" if st.keep_tokens is None else f"latency_ms__escalate_{st.keep_tokens}"
+    from routedvlm.data.labels.schema import escalate_col
+
+    return escalate_col(parse_strategy(strategy).id)
 
 
 def _check(mode: str, paid_stages) -> list[str]:

@@ -45,7 +45,7 @@ LABEL_COLUMN = "label"
 ERROR_COLUMN = "error"
 PER_STRATEGY = ("answer", "correct", "latency_ms", "output_tokens")  # column prefixes, `<prefix>__<s>`
 FEATURE_RE = re.compile(r"^feat__(?P<stages>[A-Za-z0-9+]+(?:_[A-Za-z0-9+]+)*)__(?P<name>.+)$")
-ESCALATE_RE = re.compile(r"^latency_ms__escalate_(?P<k>all|\d+)$")
+ESCALATE_RE = re.compile(r"^latency_ms__escalate_(?P<k>(?:[a-z0-9]+_[a-z0-9]+_)?(?:all|\d+))$")
 
 
 def answer_col(s: str) -> str:
@@ -65,10 +65,11 @@ def tokens_col(s: str) -> str:
 
 
 def escalate_col(k) -> str:
-    """`latency_ms__escalate_<K>`; k=None, "all" or "transfer_all" -> `latency_ms__escalate_all`.
-    A transfer id (`transfer_64`) is accepted too."""
+    """The two-stage increment column of a transfer: `latency_ms__escalate_<K>` for `transfer_<K>` (k=None, "all" or
+    "transfer_all": `latency_ms__escalate_all`); a ladder transfer id `transfer_<src>_<dst>_<K|all>` gives
+    `latency_ms__escalate_<src>_<dst>_<K|all>`."""
     if isinstance(k, str) and k.startswith("transfer_"):
-        k = parse_strategy(k).keep_tokens
+        return "latency_ms__" + parse_strategy(k).escalate_id
     return "latency_ms__escalate_all" if k is None or k == "all" else f"latency_ms__escalate_{int(k)}"
 
 

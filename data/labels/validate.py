@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import LabelsError, UnknownStrategyError, one_of
-from routedvlm.router.strategies import feature_stages, is_strategy
+from routedvlm.router.strategies import is_feature_stage, feature_stages, is_strategy
 from .schema import (
     BASE_COLUMNS, LABEL_COLUMN, METADATA_KEY, NO_LABEL, PER_STRATEGY, SCHEMA_VERSION, _read, classify_column,
     compute_labels, content_hash, escalate_col, failed_rows, strategies_in,
@@ -94,8 +94,7 @@ def _strategy_problems(df) -> list[str]:
         if kind == "escalate" and f"transfer_{arg}" not in strategies:
             out.append(f"column {c!r} has no matching strategy 'transfer_{arg}' columns")
         if kind == "feature":
-            unrun = [st for st in arg.split("+") if st != "prompt" and st in ("large_direct", "small_direct")
-                     and st not in strategies]
+            unrun = [st for st in arg.split("+") if st != "prompt" and is_feature_stage(st) and st not in strategies]
             if unrun:
                 out.append(f"feature {c!r} needs stage(s) {unrun}, which have no strategy columns")
     return out

@@ -110,12 +110,12 @@ vllm-down:
 	$(PYTHON) $(VLLM_DIR)/servers.py down
 
 # The tests marked `vllm` run in .venv against the servers (vllm-up); those marked `vllm_engine` run in .venv-vllm
-# (vLLM in the test process: the in-process engine side, its batched labelling).
+# (vLLM in the test process: the in-process engine side, its batched labelling; the local reference labels come from .venv).
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q -m vllm --timeout=1200 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-vllm-engine
 
-test-vllm-engine: $(VLLM_STAMP)
+test-vllm-engine: $(STAMP) $(VLLM_STAMP)
 	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_NO_USAGE_STATS=1 \
 		$(VLLM_VENV)/bin/python -m pytest -q -m vllm_engine -p no:cacheprovider --timeout=1800 $(PYTEST_ARGS)
 

@@ -9,8 +9,11 @@ Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by 
    each engine's prefix cache reset first, through `LLM.generate` in two waves per engine (the calls a sample can
    make at once: directs and reasoning; then what needs their outputs: reasoning answers and transfers), both
    engines at once.
-Printed: samples/s of each, labelling as a fraction of the engine's (the goal: >= 0.8), how many of the engine's
-answers (output token ids) equal the labelling's for the same request, and the load average. Run in .venv-vllm:
+A second engine run replays every request the labeller sent, measurement-only ones included, with their cache salts
+(the labeller's orchestration alone). Printed: samples/s of each, labelling as a fraction of the engine's (the goal:
+>= 0.8 on the work), how many of the engine's answers (output token ids) equal the labelling's for the same request,
+and the load average. `--cold on,off` alternates the labeller with and without its cold one-stage repeats (off:
+what `--cost` does). Run in .venv-vllm:
 
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \\
         .venv-vllm/bin/python benchmarks/bench_engine_labelling.py --samples 64
@@ -34,6 +37,8 @@ def _args(argv=None):
     p.add_argument("--repeats", type=int, default=2, help="repetitions (engine, labelling) alternated")
     p.add_argument("--max-num-seqs", type=int, default=128, help="vllm.LLM max_num_seqs of each engine")
     p.add_argument("--cost", default=None, help="label with --cost PROFILE (no cold one-stage repeats)")
+    p.add_argument("--cold", default="on,off", help="per repetition in turn: 'on' measures one-stage transfers cold "
+                   "too (the labeller's default without --cost), 'off' does not (what --cost does); default on,off")
     return p.parse_args(argv)
 
 
@@ -41,14 +46,14 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def _label(pipe, dataset, out, args, logs) -> tuple[float, int]:
+def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, int]:
     from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.toyworld.make_labels import toy_label_config
 
     cfg = toy_label_config(dataset, out, f"vllm:{pipe.small.name}", f"vllm:{pipe.large.name}", progress=False,
                            concurrency=args.concurrency, flush_every=max(8, args.concurrency), cost=args.cost)
     for side, log in zip((pipe.small, pipe.large), logs):
-        side.request_log, side.measure_cold = log, cfg.cost is None
+        side.request_log, side.measure_cold = log, cold and cfg.cost is None
     try:
         summary = run_labelling(cfg, pipe=pipe)
     finally:
@@ -59,20 +64,21 @@ def _label(pipe, dataset, out, args, logs) -> tuple[float, int]:
     return summary.label_seconds, summary.labelled_now
 
 
-def _waves(log) -> list[list]:
-    """The work requests of one engine's log, as [(prompt without salt, params, labelled output)] per wave."""
+def _waves(log, every: bool = False) -> list[list]:
+    """One engine's logged requests as [(prompt, params, labelled output)] per wave. every=False: the work requests
+    only, without cache salts; True: every request as sent (salts kept; the seeds go in the first wave)."""
     waves = [[], []]
     for stage, prompt, params, out in log:
-        if stage in MEASUREMENT_ONLY:
+        if stage in MEASUREMENT_ONLY and not every:
             continue
-        plain = {k: v for k, v in prompt.items() if k != "cache_salt"}
-        waves[0 if stage in FIRST_WAVE else 1].append((plain, params, out))
+        sent = prompt if every else {k: v for k, v in prompt.items() if k != "cache_salt"}
+        waves[0 if stage in FIRST_WAVE or stage == "large_prefix_seed" else 1].append((sent, params, out))
     return waves
 
 
-def _engine(pipe, logs) -> tuple[float, int, int]:
-    """Seconds of the engines' own runs of the logged work, and (equal, compared) answers."""
-    per_side = [_waves(log) for log in logs]
+def _engine(pipe, logs, every: bool = False) -> tuple[float, int, int]:
+    """Seconds of the engines' own runs of the logged requests (`_waves`), and (equal, compared) answers."""
+    per_side = [_waves(log, every) for log in logs]
     for side in (pipe.small, pipe.large):
         side.driver.llm.reset_prefix_cache()
     results, seconds = {}, 0.0
@@ -117,19 +123,24 @@ def main(argv=None) -> int:
     print(f"engines started in {time.perf_counter() - t0:.1f} s; {args.samples} samples, concurrency "
           f"{args.concurrency}, max_num_seqs {args.max_num_seqs}, cost {args.cost}")
     _label(pipe, write_split("label", 4, 99, work + "/warm"), f"{work}/warm.parquet", args, ([], []))  # warm-up
-    rows = []
+    rows, colds = [], [c.strip() == "on" for c in args.cold.split(",")]
     for rep in range(args.repeats):
-        logs = ([], [])
+        logs, cold = ([], []), colds[rep % len(colds)]
         load0 = _load()
-        label_s, n = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs)
+        label_s, n = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs, cold)
         engine_s, equal, total = _engine(pipe, logs)
+        sent_s, sent_equal, sent_total = _engine(pipe, logs, every=True)
         work_reqs = sum(len(w) for log in logs for w in _waves(log))
-        rows.append((label_s, engine_s))
-        print(f"rep {rep}: labelling {n / label_s:.3f} samples/s ({label_s:.1f} s, {sum(map(len, logs))} requests); "
-              f"engine {n / engine_s:.3f} samples/s ({engine_s:.1f} s, {work_reqs} requests); "
-              f"ratio {engine_s / label_s:.3f}; answers equal {equal}/{total}; load {load0} -> {_load()}")
-    label_s, engine_s = (sum(r[i] for r in rows) for i in (0, 1))
-    print(f"overall: labelling / engine throughput = {engine_s / label_s:.3f} (goal >= 0.8)")
+        rows.append((label_s, engine_s, sent_s, cold))
+        print(f"rep {rep} (cold repeats {'on' if cold else 'off'}): labelling {n / label_s:.3f} samples/s "
+              f"({label_s:.1f} s, {sum(map(len, logs))} requests); engine on the work {n / engine_s:.3f} samples/s "
+              f"({engine_s:.1f} s, {work_reqs} requests): ratio {engine_s / label_s:.3f}, answers equal {equal}/{total}; "
+              f"engine on every request sent {n / sent_s:.3f} samples/s ({sent_s:.1f} s): ratio {sent_s / label_s:.3f}, "
+              f"answers equal {sent_equal}/{sent_total}; load {load0} -> {_load()}")
+    for cold in sorted({r[3] for r in rows}, reverse=True):
+        label_s, engine_s, sent_s = (sum(r[i] for r in rows if r[3] == cold) for i in (0, 1, 2))
+        print(f"overall, cold repeats {'on' if cold else 'off'}: labelling / engine throughput = {engine_s / label_s:.3f} "
+              f"on the work (goal >= 0.8), {sent_s / label_s:.3f} on every request the labeller sent")
     small.close()
     large.close()
     return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import pathlib
 import time
@@ -30,6 +29,7 @@ import uuid
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
 
+from ..backends.vllm_io import ENGINE_ARGS_ENV, generation, resolve_engine_args
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
@@ -39,41 +39,8 @@ from .openai import measurement_salt
 
 log = logging.getLogger(__name__)
 SPEC_PREFIX = "vllm:"
-ENGINE_ARGS_ENV = "ROUTEDVLM_VLLM_ENGINE_ARGS"
-ENGINE_DEFAULTS = {"enable_prefix_caching": True, "disable_log_stats": False,
-                   "limit_mm_per_prompt": {"image": 1, "video": 0}}
-# the CPU build: KV blocks of 32 tokens (it refuses 16; prefix caching reuses whole blocks), no graph capture,
-# float32 (answers equal the local float32 side's)
-CPU_DEFAULTS = {"block_size": 32, "enforce_eager": True, "dtype": "float32"}
-
-
 def is_engine_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
-
-
-def resolve_engine_args(extra: dict | None = None) -> dict:
-    """The keyword arguments of `vllm.LLM` (besides `model`), see the module docstring."""
-    args = dict(ENGINE_DEFAULTS)
-    if os.environ.get("VLLM_TARGET_DEVICE", "").lower() == "cpu" or not _has_cuda():
-        args.update(CPU_DEFAULTS)
-    text = os.environ.get(ENGINE_ARGS_ENV)
-    if text:
-        try:
-            env = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments, e.g. "
-                              f"'{{\"max_num_seqs\": 64}}'. Got {text!r} ({exc}).") from None
-        if not isinstance(env, dict):
-            raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments. Got {text!r}.")
-        args.update(env)
-    args.update(extra or {})
-    return args
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 class VLLMEngine(ModelSide):
@@ -145,9 +112,7 @@ class VLLMEngine(ModelSide):
                                        f"(`make vllm-env`, then run with .venv-vllm/bin/python): {exc}") from None
         kwargs = dict(self.engine_args)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            kwargs.update(vllm_hidden.engine_kwargs(*self._hidden))
+            kwargs.update(_hidden_module().engine_kwargs(*self._hidden))
         log.info("starting vLLM engine for %s with %s", self.name, kwargs)
         return EngineDriver(vllm.LLM(model=self.name, **kwargs), name=self.name)
 
@@ -168,7 +133,7 @@ class VLLMEngine(ModelSide):
         """Capture decoder `layers` in every call (vLLM's hidden-state extraction, `sides/vllm_hidden.py`); must come
         before the engine's first call."""
         try:
-            from . import vllm_hidden  # noqa: F401
+            _hidden_module()
         except ImportError as exc:
             raise ModeUnavailableError(f"{SPEC_PREFIX}{self.name} cannot capture hidden states: this installation "
                                        f"has no routedvlm.inference.sides.vllm_hidden ({exc}).") from None
@@ -239,26 +204,10 @@ class VLLMEngine(ModelSide):
         return self.generation(out, (time.perf_counter() - t0) * 1000)
 
     def generation(self, out, wall_ms: float) -> Generation:
-        """A Generation from one RequestOutput (see the module docstring for the times)."""
-        comp = out.outputs[0]
-        ids = list(comp.token_ids)
-        steps = list(comp.logprobs or [])
-        logprobs = [float(step[t].logprob) for step, t in zip(steps, ids) if step and t in step]
-        first = _entropy(steps[0]) if steps and steps[0] else float("nan")
-        prompt, cached = len(out.prompt_token_ids or []), int(getattr(out, "num_cached_tokens", 0) or 0)
-        m = getattr(out, "metrics", None)
-        if m is not None and getattr(m, "first_token_ts", 0) and getattr(m, "scheduled_ts", 0):
-            prefill = max(m.first_token_ts - m.scheduled_ts, 0.0) * 1000
-            decode = max(m.last_token_ts - m.first_token_ts, 0.0) * 1000
-        else:
-            prefill, decode = 0.0, wall_ms
-        n = len(ids)
-        times = [decode * i / max(n - 1, 1) for i in range(n)]
-        gen = Generation(ids, logprobs, first, times, 0.0, prefill, decode, max(prompt - cached, 0), cached)
+        """A Generation from one RequestOutput (`backends/vllm_io.py`), with the hidden states when captured."""
+        gen = generation(out, wall_ms)
         if self._hidden is not None:
-            from . import vllm_hidden
-
-            gen.hidden = vllm_hidden.read_hidden(out, self._hidden[0])
+            gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen
 
     def _record(self, stage, side, mode, gen, **extra) -> dict:
@@ -326,11 +275,12 @@ class VLLMEngine(ModelSide):
         return gen, answer, reasoning
 
 
-def _entropy(step: dict) -> float:
-    """Entropy (nats) of a token's distribution from its top logprobs, the rest of the mass as one outcome."""
-    ps = [math.exp(lp.logprob) for lp in step.values() if math.isfinite(lp.logprob)]
-    rest = max(0.0, 1.0 - sum(ps))
-    return -sum(p * math.log(p) for p in ps if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0)
+def _hidden_module():
+    """routedvlm.inference.sides.vllm_hidden (vLLM's hidden-state extraction: `engine_kwargs`, `read_hidden`),
+    imported only when hidden states are asked for."""
+    import importlib
+
+    return importlib.import_module("routedvlm.inference.sides.vllm_hidden")
 
 
 def _jsonable(value) -> bool:

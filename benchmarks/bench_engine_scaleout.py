@@ -139,14 +139,24 @@ def _steady(stamps) -> float | None:
 def vllm_032_shim() -> None:
     """Ray 2.60's Ray Data LLM is written against vLLM 0.29 (`ray[llm]` pins vllm==0.29.0): its multimodal stage imports
     `vllm.entrypoints.chat_utils`, which vLLM 0.32 moved to `vllm.renderers.chat_utils` (same function, same
-    signature). Every Ray worker of the raydata path gets this alias (a worker_process_setup_hook)."""
+    signature). Every Ray worker of the raydata path gets this alias (a worker_process_setup_hook); it imports
+    nothing until that module is asked for, so workers that never need vLLM do not pay for importing it."""
     import importlib
+    import importlib.abc
+    import importlib.util
     import sys
 
-    try:
-        importlib.import_module("vllm.entrypoints.chat_utils")
-    except ImportError:
-        sys.modules["vllm.entrypoints.chat_utils"] = importlib.import_module("vllm.renderers.chat_utils")
+    class Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):  # consulted only after the real finders found nothing
+            return importlib.util.spec_from_loader(name, self) if name == "vllm.entrypoints.chat_utils" else None
+
+        def create_module(self, spec):
+            return importlib.import_module("vllm.renderers.chat_utils")
+
+        def exec_module(self, module):
+            pass
+
+    sys.meta_path.append(Alias())
 
 
 def run_raydata(ray, args, model, rows) -> dict:

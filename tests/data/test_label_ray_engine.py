@@ -1,6 +1,6 @@
 """`routedvlm label --ray` on in-process vLLM engine sides (`vllm:<folder>`; marked `vllm_engine`: runs in .venv-vllm,
 `make test-vllm-engine`) on a local two-CPU Ray cluster: each worker loads its own engines once and labels whole units
-with the batched labeller; the labels equal the serial local labeller's; a worker killed mid-run loses only its units
+with the batched labeller; the labels equal a plain engine run's; a worker killed mid-run loses only its units
 (redone by its replacement), its engine processes die with it; a run killed outright is finished by `--resume`."""
 import logging
 import os
@@ -51,13 +51,22 @@ def _label(argv) -> int:
 
 @pytest.fixture(scope="module")
 def serial(toy_data, tmp_path_factory):
-    """The serial local (transformers) labeller's rows: what every engine run must reproduce."""
+    """A plain (no Ray) labelling run on engine sides in this process: what every Ray run must reproduce (the engine
+    labeller equals the serial local one: tests/inference/test_vllm_engine.py)."""
+    from routedvlm.data.labelling.cli import _parser
+    from routedvlm.data.labelling.config import LabelConfig
+    from routedvlm.data.labelling.job import run_labelling
+    from routedvlm.data.labelling.per_sample import load_pipeline
     from routedvlm.data.labels.schema import read_labels
-    from routedvlm.data.toyworld.make_labels import checkpoint_pair
 
-    out = tmp_path_factory.mktemp("serial") / "labels.parquet"
-    small, large = (str(p) for p in checkpoint_pair())
-    assert _label(_argv(toy_data, out, small, large)) == 0
+    out = tmp_path_factory.mktemp("plain") / "labels.parquet"
+    cfg = LabelConfig(**vars(_parser().parse_args(_engine_argv(toy_data, out))))
+    pipe, _ = load_pipeline(cfg)
+    try:
+        run_labelling(cfg, pipe=pipe)
+    finally:
+        for side in (pipe.small, pipe.large):
+            side.close()
     return read_labels(out)[0]
 
 
@@ -71,7 +80,7 @@ def cluster():
     ray.shutdown()
 
 
-def _same_as_serial(df, serial) -> None:
+def _same_as_plain(df, serial) -> None:
     assert sorted(df["sample_id"]) == sorted(serial["sample_id"]) and len(df) == N  # none lost, none duplicated
     assert df["error"].isna().all(), df["error"].dropna().tolist()
     got, want = df.set_index("sample_id").sort_index(), serial.set_index("sample_id").sort_index()
@@ -125,7 +134,7 @@ def test_two_engine_workers_label_like_the_serial_labeller_and_a_killed_worker_l
     assert any("Ray worker 0 died" in r.getMessage() for r in caplog.records)
     assert _gone(engine_pids) == [], "the killed worker's engine processes must not outlive it"
     df, meta = read_labels(out)
-    _same_as_serial(df, serial)
+    _same_as_plain(df, serial)
     assert meta["runner"] == "ray" and meta["ray"]["num_workers"] == 2
     assert meta["models"]["large"]["engine"] == "vllm" and meta["latency_source"] == "batched-wall-clock"
 
@@ -151,4 +160,4 @@ def test_a_killed_ray_run_on_engine_sides_is_finished_by_resume(toy_data, serial
     assert 1 <= done < N, proc.stderr.read().decode()[-2000:]
     assert _label(_engine_argv(toy_data, out, "--ray", "--num-workers", "1", "--resume")) == 0
     df, _ = read_labels(out)
-    _same_as_serial(df, serial)
+    _same_as_plain(df, serial)

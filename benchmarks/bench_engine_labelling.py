@@ -10,7 +10,9 @@ Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by 
    make at once: directs and reasoning; then what needs their outputs: reasoning answers and transfers), both
    engines at once.
 A second engine run replays every request the labeller sent, measurement-only ones included, with their cache salts
-(the labeller's orchestration alone). Printed: samples/s of each, labelling as a fraction of the engine's (the goal:
+(the labeller's orchestration alone). From the second repetition on, the engine's work run is timed right before and right after the labelling (their
+mean), and the overall ratios are medians over repetitions (the load of a shared machine drifts within seconds).
+Printed: samples/s of each, labelling as a fraction of the engine's (the goal:
 >= 0.8 on the work), how many of the engine's answers (output token ids) equal the labelling's for the same request,
 and the load average. `--cold on,off` alternates the labeller with and without its cold one-stage repeats (off:
 what `--cost` does). Run in .venv-vllm:
@@ -128,8 +130,11 @@ def main(argv=None) -> int:
         logs, cold = ([], []), colds[rep % len(colds)]
         load0 = _load()
         label_s, n = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs, cold)
-        engine_s, equal, total = _engine(pipe, logs)
+        before_s = _engine(pipe, logs)[0] if rep else None  # the engine right before and after the labelling:
+        engine_s, equal, total = _engine(pipe, logs)        # the load of this shared machine drifts within seconds
         sent_s, sent_equal, sent_total = _engine(pipe, logs, every=True)
+        if before_s is not None:
+            engine_s = (engine_s + before_s) / 2
         work_reqs = sum(len(w) for log in logs for w in _waves(log))
         rows.append((label_s, engine_s, sent_s, cold))
         print(f"rep {rep} (cold repeats {'on' if cold else 'off'}): labelling {n / label_s:.3f} samples/s "
@@ -137,10 +142,14 @@ def main(argv=None) -> int:
               f"({engine_s:.1f} s, {work_reqs} requests): ratio {engine_s / label_s:.3f}, answers equal {equal}/{total}; "
               f"engine on every request sent {n / sent_s:.3f} samples/s ({sent_s:.1f} s): ratio {sent_s / label_s:.3f}, "
               f"answers equal {sent_equal}/{sent_total}; load {load0} -> {_load()}")
+    import statistics
+
     for cold in sorted({r[3] for r in rows}, reverse=True):
-        label_s, engine_s, sent_s = (sum(r[i] for r in rows if r[3] == cold) for i in (0, 1, 2))
-        print(f"overall, cold repeats {'on' if cold else 'off'}: labelling / engine throughput = {engine_s / label_s:.3f} "
-              f"on the work (goal >= 0.8), {sent_s / label_s:.3f} on every request the labeller sent")
+        mine = [r for r in rows if r[3] == cold]
+        work_ratio = statistics.median(r[1] / r[0] for r in mine)
+        sent_ratio = statistics.median(r[2] / r[0] for r in mine)
+        print(f"overall, cold repeats {'on' if cold else 'off'} ({len(mine)} repetitions, median): labelling / engine "
+              f"throughput = {work_ratio:.3f} on the work (goal >= 0.8), {sent_ratio:.3f} on every request sent")
     small.close()
     large.close()
     return 0

@@ -1,7 +1,8 @@
 """Cheap features, `feat__<stages>__<name>`, computed by the SAME code in the labeller and the runtime.
 
 Each feature is one function registered under its column name; `<stages>` says which strategy stages
-must have run (`prompt` = free). `compute_features(question, images, stages)` returns every feature whose
+must have run (`prompt` = free). On a ladder every model's direct answer has the same features as small's and
+large's (`feat__<m>_direct__...`) and every two models an agreement feature (`register_ladder`). `compute_features(question, images, stages)` returns every feature whose
 stages are available. Stage outputs are any objects (or dicts) with `answer`, `token_logprobs` and
 `first_token_entropy`; image statistics use a 64-px thumbnail so they cost well under a millisecond.
 """
@@ -171,15 +172,47 @@ _stage_features("large_direct")
 _stage_features("small_direct")
 
 
-@feature("feat__large_direct+small_direct__agree")
-def _agree(ctx):
-    large = _get(ctx.stage("large_direct"), "answer") or ""
-    small = _get(ctx.stage("small_direct"), "answer") or ""
-    return float(answers_agree(large, small, ctx.question))
+def _agreement(upper: str, lower: str) -> None:
+    """`feat__<upper>+<lower>__agree`: 1.0 when the two direct answers agree (answers.answers_agree), else 0.0."""
+
+    def agree(ctx):
+        a = _get(ctx.stage(upper), "answer") or ""
+        b = _get(ctx.stage(lower), "answer") or ""
+        return float(answers_agree(a, b, ctx.question))
+
+    feature(f"feat__{upper}+{lower}__agree")(agree)
+
+
+_agreement("large_direct", "small_direct")
+
+
+def register_ladder(aliases: Sequence[str]) -> None:
+    """Register the features of a ladder's models (idempotent): per model above the pair `feat__<m>_direct__...` (the
+    same six as small/large), and per two models a < b `feat__<b>_direct+<a>_direct__agree` (the more expensive
+    first, as the pair's `feat__large_direct+small_direct__agree`). Called for the stages a computation sees."""
+    from routedvlm.router.strategies import alias_rank
+
+    ordered = sorted(dict.fromkeys(aliases), key=alias_rank)
+    for m in ordered:
+        if f"feat__{m}_direct__logprob_mean" not in FEATURES:
+            _stage_features(f"{m}_direct")
+    for i, b in enumerate(ordered):
+        for a in ordered[:i]:
+            if f"feat__{b}_direct+{a}_direct__agree" not in FEATURES:
+                _agreement(f"{b}_direct", f"{a}_direct")
+
+
+def _register_for(stages: Sequence[str] = (), names: Sequence[str] = ()) -> None:
+    """Register the ladder features that `stages` (or feature `names`) refer to."""
+    found = [s for s in stages if s != "prompt"] + [st for n in names for st in feature_stages(n) if st != "prompt"]
+    aliases = [s[: -len("_direct")] for s in found if s.endswith("_direct")]
+    if any(a not in ("small", "large") for a in aliases):
+        register_ladder(aliases)
 
 
 def feature_names(stages: Sequence[str] = ("prompt", "large_direct", "small_direct")) -> list[str]:
     """Every registered feature computable when `stages` (plus `prompt`) have run, in registry order."""
+    _register_for(stages)
     have = {"prompt", *stages}
     return [n for n in FEATURES if set(feature_stages(n)) <= have]
 
@@ -189,5 +222,6 @@ def compute_features(
 ) -> dict[str, float]:
     """Features for one sample: all whose stages are in `stages` (or exactly `names`)."""
     ctx = FeatureContext(question=question, images=list(images), stages=dict(stages or {}))
+    _register_for(tuple(ctx.stages), names or ())
     wanted = list(names) if names is not None else feature_names(tuple(ctx.stages))
     return {name: FEATURES[name](ctx) for name in wanted}

@@ -1,7 +1,8 @@
 """The final answer of a routed request as a client sees it: capped at `max_tokens`, its finish reason and usage.
 
 The final answer call is the generate call that produced the strategy's answer (`Result.generation`): the
-large model's answer for `large_direct` and transfers, the small model's for `small_direct`, and for
+large model's answer for `large_direct` and transfers, the small model's for `small_direct` (on a ladder: the
+answering model's, e.g. mid's for `mid_direct` and `transfer_small_mid_<K>`), and for
 `*_reason` the reasoning call (the answer follows its think block) or, when that hit its limit, the call that
 finished the answer. Usage counts that call: `prompt_tokens` its whole prompt (`cached_tokens` the reused
 part), `completion_tokens` its output (reasoning included, like vLLM and OpenAI) up to `max_tokens`.
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 def answer_side(pipeline, result):
     """(the VLM that made the final answer call, "direct" or "reason")."""
-    strategy = result.strategy
-    if strategy.endswith("_reason"):
-        side = pipeline.small if strategy == "small_reason" else pipeline.large
+    from routedvlm.router.strategies import is_strategy, parse_strategy
+
+    strat = parse_strategy(result.strategy) if is_strategy(result.strategy) else None
+    sides = getattr(pipeline, "sides", None) or {"small": pipeline.small, "large": pipeline.large}
+    side = sides.get(strat.model, pipeline.large) if strat is not None else pipeline.large
+    if strat is not None and strat.mode == "reason":
         one_call = result.generation is result.reasoning_generation
         return side.reasoning_side(), "reason" if one_call else "direct"
-    return (pipeline.small if strategy == "small_direct" else pipeline.large), "direct"
+    return side, "direct"
 
 
 def usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict:

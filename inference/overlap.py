@@ -2,63 +2,66 @@
 
 `OverlappedRun` makes exactly the calls `SharedRun` makes on sides without an in-process prompt cache (HTTP servers,
 in-process engines), with the same prompts, cache namespaces and trace records, so the answers and what each record
-measures are the same; only the order differs: the small reasoning, `small_direct`, `large_direct` and `large_reason`
-are sent together, then every `transfer_<K>` (and the closing of a cut `small_reason`) together once the reasoning is
-back. A sample then takes about two stage times instead of the sum of its stages. The labeller uses it only when its
-latencies are batched anyway (many samples in flight on sides that are not `stateful`: `pipe.overlap_calls`); with
-one request in flight per model the serial `SharedRun` keeps every measured time standalone.
+measures are the same; only the order differs: every source's reasoning, the cheapest model's direct answer, every
+target's direct answer and every `<m>_reason` that is no source are sent together, then every transfer (and the
+closing of a cut `<m>_reason`) together once the reasoning is back. A sample then takes about two stage times
+instead of the sum of its stages. The labeller uses it only when its latencies are batched anyway (many samples in
+flight on sides that are not `stateful`: `pipe.overlap_calls`); with one request in flight per model the serial
+`SharedRun` keeps every measured time standalone.
 """
 from __future__ import annotations
 
-from routedvlm.router.strategies import LARGE_DIRECT, transfer_id
+from routedvlm.router.strategies import alias_rank, transfer_id
 
-from .pipeline_parts import Result, parallel
-from .shared_run import SharedRun, _shared
+from .pipeline_parts import Handoff, Result, parallel
+from .shared_run import SharedRun, _k_order, _shared
 from .stages import finish_answer
 
 
 def can_overlap(pipe) -> bool:
-    """Both sides take concurrent calls and neither keeps an in-process prompt cache (the overlapped order)."""
-    return all(not side.stateful and side.prompt_cache("probe") is None for side in (pipe.small, pipe.large))
+    """Every side takes concurrent calls and none keeps an in-process prompt cache (the overlapped order)."""
+    return all(not side.stateful and side.prompt_cache("probe") is None for side in pipe.sides.values())
 
 
 class OverlappedRun(SharedRun):
     """The calls of `SharedRun` on cache-less sides, independent ones at once (see the module docstring)."""
 
     def run(self, strats) -> dict:
-        pipe, cfg = self.pipe, self.cfg
+        pipe, cfg, aliases = self.pipe, self.cfg, self.pipe.aliases
         kinds = {s.id for s in strats}
-        ks = sorted({s.keep_tokens for s in strats if s.is_transfer}, key=lambda k: (k is None, k or 0))
-        budget = cfg.max_reason_tokens if "small_reason" in kinds else (pipe.reason_budget(ks) if ks else 0)
-        lp = pipe.large.large_prompt(self.req, cfg) if LARGE_DIRECT in kinds or ks else None
-        if lp is not None:
+        transfers = sorted({(s.source, s.keep_tokens, s.model) for s in strats if s.is_transfer},
+                           key=lambda t: (alias_rank(t[2]), alias_rank(t[0]), _k_order(t[1])))
+        out_ks = {m: sorted({k for a, k, _ in transfers if a == m}, key=_k_order) for m in aliases}
+        sources = [m for m in aliases if out_ks[m] or (m == aliases[0] and f"{m}_reason" in kinds)]
+        targets = [m for m in aliases[1:] if f"{m}_direct" in kinds or any(b == m for _, _, b in transfers)]
+        lps = {m: pipe.target_prompt(m, self.req) for m in targets}
+        for lp in lps.values():
             lp.overlap = True  # a transfer's cold repeat beside its two-stage calls
         jobs = {}
-        if budget:
-            jobs["rr"] = lambda: self._small_reasoning(budget, False)
-        if "small_direct" in kinds:
-            jobs["small_direct"] = self._small_direct
-        if lp is not None:
-            jobs[LARGE_DIRECT] = lambda: pipe.large_direct(self.req, lp)
-        if "large_reason" in kinds:
-            jobs["large_reason"] = lambda: self._large_reason(None)
-        out = parallel(jobs, True)
-        rr = out.pop("rr", None)
-        if LARGE_DIRECT in out:
-            out[LARGE_DIRECT].trace[0]["shared"] = True
-        later = {transfer_id(k): (lambda k=k: self._transfer(lp, rr, k, pipe.select(rr, k, lp), None)) for k in ks}
-        if "small_reason" in kinds:
-            later["small_reason"] = lambda: self._small_reason(rr)
+        for m in sources:
+            budget = cfg.max_reason_tokens if f"{m}_reason" in kinds else pipe.reason_budget(out_ks[m])
+            jobs[("rr", m)] = lambda m=m, b=budget: self._reasoning(m, b, False)
+        if f"{aliases[0]}_direct" in kinds:
+            jobs[f"{aliases[0]}_direct"] = self._first_direct
+        for m in targets:
+            jobs[f"{m}_direct"] = lambda m=m: pipe.target_direct(self.req, lps[m], m)
+        for m in aliases:
+            if f"{m}_reason" in kinds and m not in sources:
+                jobs[f"{m}_reason"] = lambda m=m: self._target_reason(m, None)
+        done = parallel(jobs, True)
+        rr = {m: done.pop(("rr", m)) for m in sources}
+        out = dict(done)
+        for m in targets:
+            out[f"{m}_direct"].trace[0]["shared"] = True
+        later = {transfer_id(k, a, b): (lambda a=a, k=k, b=b: self._transfer(
+            b, lps[b], rr[a], k, pipe.select(rr[a], k, lps[b], b), None)) for a, k, b in transfers}
+        for m in sources:
+            if f"{m}_reason" in kinds:
+                later[f"{m}_reason"] = lambda m=m: self._source_reason(m, rr[m])
         out.update(parallel(later, True))
         return {s.id: out[s.id] for s in strats}
 
-    def _small_reason(self, rr) -> Result:
+    def _source_reason(self, alias: str, rr) -> Result:
         done_rr = finish_answer(rr, self.cfg)
-        return Result(done_rr.answer, "small_reason", None, rr.reasoning_text, _shared(done_rr.records),
-                      done_rr.answer_gen or rr.gen, reasoning_generation=rr.gen, handoff=_handoff(rr))
-
-
-def _handoff(rr):
-    from .pipeline_parts import Handoff
-
-    return Handoff(reasoning_run=rr)
+        return Result(done_rr.answer, f"{alias}_reason", None, rr.reasoning_text, _shared(done_rr.records),
+                      done_rr.answer_gen or rr.gen, reasoning_generation=rr.gen, handoff=Handoff(reasoning_run=rr))

@@ -1,5 +1,5 @@
 """The pipeline's settings (`PipelineConfig`), its output (`Result`, with the `Handoff` its later stages continue
-from) and the two-device concurrency helper."""
+from), its sides (`ladder_sides`: an ordered list of N >= 2 models named by position) and the concurrency helpers."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -104,3 +104,45 @@ def parallel(jobs: dict, concurrent: bool) -> dict:
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in jobs.items()}
         return {name: fut.result() for name, fut in futures.items()}
+
+
+def ladder_sides(small=None, large=None, sides=None) -> dict:
+    """{alias: ModelSide} in ladder order (`router.strategies.ladder_aliases`) from a (small, large) pair or from
+    `sides`: a list of N >= 2 sides or specs for `sides.load_side`, cheapest first."""
+    from routedvlm.router.strategies import MAX_LADDER, ladder_aliases
+
+    from .sides import load_side
+    from .sides.base import ModelSide
+
+    if sides is None:
+        if small is None or large is None:
+            raise ConfigError("CollaborativePipeline needs a small and a large side, or `sides=[...]`: a list of 2 to "
+                              f"{MAX_LADDER} model sides, cheapest first. Got small={small!r}, large={large!r}.")
+        sides = [small, large]
+    elif small is not None or large is not None:
+        raise ConfigError("Pass either `small` and `large` or `sides=[...]` to CollaborativePipeline, not both.")
+    sides = list(sides.values()) if isinstance(sides, dict) else list(sides)
+    if not 2 <= len(sides) <= MAX_LADDER:
+        raise ConfigError(f"The `sides` parameter of CollaborativePipeline must list 2 to {MAX_LADDER} model sides, "
+                          f"cheapest first. Got {len(sides)}.")
+    loaded = [s if isinstance(s, ModelSide) else load_side(s) for s in sides]
+    return dict(zip(ladder_aliases(len(loaded)), loaded))
+
+
+def parallel_sides(jobs: dict, sides: dict, concurrent: bool) -> dict:
+    """Run named jobs {name: (alias, zero-argument callable)}: one after another unless `concurrent`; then the jobs of
+    the sides on one device run in order in one thread, the devices in parallel (a pair: `parallel`)."""
+    if not concurrent or len(jobs) < 2:
+        return {name: fn() for name, (_, fn) in jobs.items()}
+    devices = {}
+    for alias, side in sides.items():
+        devices.setdefault(str(side.device), []).append(alias)
+    group_of = {a: (d if len(devices) > 1 else a) for d, aliases in devices.items() for a in aliases}
+    groups = {}
+    for name, (alias, fn) in jobs.items():
+        groups.setdefault(group_of[alias], []).append((name, fn))
+    runs = {g: (lambda items=items: {name: fn() for name, fn in items}) for g, items in groups.items()}
+    out = {}
+    for part in parallel(runs, True).values():
+        out.update(part)
+    return {name: out[name] for name in jobs}

@@ -113,12 +113,13 @@ def close_reasoning(run: ReasoningRun, cfg) -> ReasoningRun:
     return run
 
 
-def answer_prompt(vlm, request, question: str, stage: str, cfg) -> tuple[Generation, str, dict]:
-    """A cold direct answer of the large model to `question` about the request's image (one-stage transfer)."""
+def answer_prompt(vlm, request, question: str, stage: str, cfg, side: str = "large") -> tuple[Generation, str, dict]:
+    """A cold direct answer of the answering model `side` to `question` about the request's image (one-stage
+    transfer)."""
     text = vlm.render(request.messages(question), "direct")
     gen = timed_generate(vlm.model, vlm.encode(request.image, text), max_new_tokens=cfg.max_direct_tokens,
                          min_new_tokens=cfg.min_new_tokens)
-    return gen, vlm.clean_answer(gen.token_ids), record(stage, "large", vlm, vlm.mode_name("direct"), gen)
+    return gen, vlm.clean_answer(gen.token_ids), record(stage, side, vlm, vlm.mode_name("direct"), gen)
 
 
 def _rope(model):
@@ -128,12 +129,12 @@ def _rope(model):
 
 
 class LargePrompt:
-    """The large model's cached [chat header + image + question] prefix, shared by `large_direct` and every
-    `transfer_<K>` prompt; other prompts with the same image are built by splicing token ids (no image
-    preprocessing or encoding again)."""
+    """The answering model's cached [chat header + image + question] prefix, shared by `large_direct` and every
+    `transfer_<K>` prompt (on a ladder: `<side>_direct` and every transfer to `side`); other prompts with the same
+    image are built by splicing token ids (no image preprocessing or encoding again)."""
 
-    def __init__(self, vlm, request, cfg):
-        self.vlm, self.request, self.cfg = vlm, request, cfg
+    def __init__(self, vlm, request, cfg, side: str = "large"):
+        self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = vlm.render(request.messages(), "direct")
         self.direct_inputs = vlm.encode(request.image, self.direct_text)
         self._base_u = vlm.text_ids(self.direct_text)
@@ -143,7 +144,7 @@ class LargePrompt:
         probes = [self.transfer_text(r) for r in ("a", "b")]
         shared = min(common_prefix_len(self._base_u, vlm.text_ids(t)) for t in probes)
         self.prefix = prefill_prefix(vlm.model, self.direct_inputs, shared + self._offset)
-        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _prefix_gen(self.prefix))
+        self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _prefix_gen(self.prefix))
 
     def transfer_text(self, reasoning: str) -> str:
         question = self.vlm.prompts.transfer_question(self.request.question, reasoning)
@@ -182,10 +183,10 @@ class LargePrompt:
         """Continue the cached prefix with a prompt; returns (generation, answer, record)."""
         gen = continue_from(self.vlm.model, self.prefix, self.inputs_for(text), max_new_tokens=self.cfg.max_direct_tokens,
                             min_new_tokens=self.cfg.min_new_tokens, restore_rope=restore_rope)
-        return gen, self.vlm.clean_answer(gen.token_ids), record(stage, "large", self.vlm, self.vlm.mode_name("direct"), gen)
+        return gen, self.vlm.clean_answer(gen.token_ids), record(stage, self.side, self.vlm, self.vlm.mode_name("direct"), gen)
 
     def attention_scores(self, reasoning: str):
-        """Attention from the large model's answer position to each token of `reasoning` in the transfer
+        """Attention from the answering model's answer position to each token of `reasoning` in the transfer
         prompt (mean over heads and layers): (token ids of the reasoning span, scores, record)."""
         import time
 
@@ -215,7 +216,7 @@ class LargePrompt:
         att = torch.stack([a[0, :, -1, :].float().mean(0) for a in out.attentions]).mean(0)
         scores = att[start:end].tolist()
         gen = Generation([], [], float("nan"), [], 0.0, ms, 0.0, full.shape[1] - n, n)
-        rec = record("select_attention", "large", self.vlm, "attention", gen)
+        rec = record("select_attention", self.side, self.vlm, "attention", gen)
         return full[0, start:end].tolist(), scores, rec
 
 

@@ -97,3 +97,19 @@ def test_the_dry_run_target_runs_on_the_cpu_venv():
     lines = _make_n("gpu-check-dry-run")
     assert lines[-1].startswith(".venv/bin/routedvlm profile --preset gpu-check --dry-run")
     assert not any(".venv-gpu" in ln for ln in lines)
+
+
+def test_vllm_env_installs_routedvlm_with_its_packages_at_the_cpu_locks_versions():
+    """.venv-vllm holds vLLM's freeze plus routedvlm's own packages (hashed, at the CPU lock's versions, none that
+    vLLM's freeze pins already) and routedvlm itself; the engine tests run there, the server tests in .venv."""
+    extra, cpu = _lock(ROOT / "integrations" / "vllm-cpu" / "requirements-routedvlm.txt"), _lock(ROOT / "requirements.txt")
+    frozen = {_norm(m.group(1)) for line in (ROOT / "integrations" / "vllm-cpu" / "requirements.txt").read_text().splitlines()
+              if (m := PIN.match(line))}
+    assert {"pandas", "pyarrow", "lightgbm", "pytest", "pytest-timeout"} <= set(extra)
+    assert all(cpu[name] == version for name, version in extra.items()) and not set(extra) & frozen
+    lines = _make_n("vllm-env")
+    assert any("requirements.txt requirements-routedvlm.txt" in ln for ln in lines)
+    assert ".venv-vllm/bin/pip install --no-deps --no-build-isolation -e ." in lines
+    engine = " ".join(_make_n("test-vllm-engine"))
+    assert ".venv-vllm/bin/python -m pytest -q -m vllm_engine" in engine and "tests/inference/test_vllm_engine.py" in engine
+    assert ".venv/bin/python -m pytest -q -m vllm " in " ".join(_make_n("test-vllm"))

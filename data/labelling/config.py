@@ -5,38 +5,40 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from routedvlm.errors import ConfigError, one_of
-from routedvlm.router.strategies import DEFAULT_K_GRID, default_strategies, parse_k_grid, parse_strategy
+from routedvlm.router.strategies import (DEFAULT_K_GRID, MAX_LADDER, default_strategies, ladder_aliases,
+                                         ladder_strategies, parse_k_grid, parse_strategy)
 
 SELECTOR_NAMES = ("attention", "prefix", "suffix")
 DEVICE_HELP = "'auto' (cuda when available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."
 # fields that do not change what the run computes: they may differ between a run and its --resume (the latency
 # source they imply may not: see labelling.check_latency_source)
 NOT_SETTINGS = ("resume", "flush_every", "progress", "concurrency", "ray", "ray_address", "num_workers",
-                "gpus_per_worker")
-REMOTE_CONCURRENCY = 32  # default samples in flight when both sides are servers or in-process engines
+                "gpus_per_worker", "estimate_only")
+# ladder settings: recorded (and compared on --resume) only when given, so a pair's settings stay what they were
+LADDER_SETTINGS = ("models", "reasoners", "transfer_pairs", "reason_models", "cost_models")
+REMOTE_CONCURRENCY = 32  # default samples in flight when every side is a server or an in-process engine
 
 
 def both_remote(cfg) -> bool:
-    """Both sides are servers (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
+    """Every side is a server (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
     from routedvlm.inference.backends.remote import is_remote
 
-    return is_remote(cfg.small) and is_remote(cfg.large)
+    return all(is_remote(spec) for spec in cfg.ladder_specs().values())
 
 
 def both_engine(cfg) -> bool:
-    """Both sides are in-process engines ('vllm:<folder>', `sides/vllm_engine.py`): they batch concurrent calls."""
-    return all(isinstance(s, str) and s.startswith("vllm:") for s in (cfg.small, cfg.large))
+    """Every side is an in-process engine ('vllm:<folder>', `sides/vllm_engine.py`): they batch concurrent calls."""
+    return all(isinstance(spec, str) and spec.startswith("vllm:") for spec in cfg.ladder_specs().values())
 
 
 def both_batching(cfg) -> bool:
-    """Both sides take many requests at once (servers or in-process engines), so samples may share their batches."""
+    """Every side takes many requests at once (servers or in-process engines): samples may share their batches."""
     return both_remote(cfg) or both_engine(cfg)
 
 
 def requests_in_flight(cfg, remote: bool) -> int | None:
-    """Samples in flight on one model at once: 1 for local models (one per replica), else (`remote`: both sides take
-    many requests at once, `both_batching`) concurrency x Ray workers (None: Ray workers not counted yet, i.e. as
-    many as the cluster gives)."""
+    """Samples in flight on one model at once: 1 for local models (one per replica), else concurrency x Ray
+    workers (None: Ray workers not counted yet, i.e. as many as the cluster gives)."""
     if not remote:
         return 1
     if cfg.ray and cfg.num_workers is None:
@@ -48,12 +50,29 @@ def requests_in_flight(cfg, remote: bool) -> int | None:
 class LabelConfig:
     """Settings of one labelling run; flags of `routedvlm label` map one to one onto these fields."""
 
-    small: str = field(metadata={"help": "small VLM: checkpoint folder, hub id, '<base_url>#<model id>' (a served model) "
-                                         "or 'vllm:<folder>' (an in-process vLLM engine)"})
-    large: str = field(metadata={"help": "large VLM: checkpoint folder, hub id, '<base_url>#<model id>' (a served model) "
-                                         "or 'vllm:<folder>' (an in-process vLLM engine)"})
-    dataset: str = field(metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
-    out: str = field(metadata={"help": "labels.parquet to write"})
+    small: str | None = field(default=None, metadata={"help": "small VLM: checkpoint folder, hub id, '<base_url>#<model "
+                                                              "id>' (a served model) or 'vllm:<folder>' (an in-process "
+                                                              "vLLM engine); with --large, a pair"})
+    large: str | None = field(default=None, metadata={"help": "large VLM: checkpoint folder, hub id, or '<base_url>#<model "
+                                                              "id>' (a served model)"})
+    dataset: str | None = field(default=None, metadata={"help": "hub data set id or local parquet/JSONL file or folder"})
+    out: str | None = field(default=None, metadata={"help": "labels.parquet to write"})
+    models: tuple | None = field(default=None, metadata={
+        "help": "a ladder of 2 to 10 models, cheapest first, instead of --small/--large: repeat --model SPEC (or "
+                "--models A,B,C); they are named small, mid, large (three) or small, mid1, ..., large"})
+    reasoners: tuple | None = field(default=None, metadata={
+        "help": "ALIAS=SPEC, repeatable: the checkpoint (or served model) serving that ladder model's reasoning mode, "
+                "e.g. --reasoner mid=Qwen/Qwen3-VL-4B-Thinking (--small-reasoner / --large-reasoner for the ends)"})
+    transfer_pairs: str | None = field(default=None, metadata={
+        "help": "which transfers to label, FROM:TO pairs of aliases, e.g. 'small:mid,mid:large' (default: every "
+                "cheaper -> more expensive pair, N(N-1)/2 of them); 'none' for no transfers"})
+    reason_models: str | None = field(default=None, metadata={
+        "help": "which models label their own reasoning strategy <m>_reason, e.g. 'small,mid' (default: all); 'none'"})
+    cost_models: tuple | None = field(default=None, metadata={
+        "help": "ALIAS=NAME, repeatable: the profiled model of --cost that prices that ladder model"})
+    estimate_only: bool = field(default=False, metadata={
+        "help": "print the labelling cost (model calls per sample, and the time of one sample measured on the first "
+                "one) and exit without writing anything"})
     adapter: str | None = field(default=None, metadata={"help": "data set adapter name (default: resolved)"})
     dataset_config: str | None = field(default=None, metadata={"help": "hub data set config, e.g. 'en'"})
     split: str | None = field(default=None, metadata={"help": "data set split (default: the adapter's)"})
@@ -86,8 +105,7 @@ class LabelConfig:
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
-                                    "when both sides are servers or in-process engines ('vllm:<folder>'), else 1; local models run one "
-                                    "sample at a time)"})
+                                    "when both sides are servers, else 1; local models run one sample at a time)"})
     ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
                       "pool, one pipeline per worker; with 'vllm:<folder>' sides each worker loads its own two engines "
                       "once and keeps --concurrency samples in flight on them (docs/scale.md)"})
@@ -100,14 +118,15 @@ class LabelConfig:
                                    "gpu_memory_utilization in $ROUTEDVLM_VLLM_ENGINE_ARGS, e.g. '{\"gpu_memory_utilization\": 0.4}')"})
 
     def __post_init__(self) -> None:
+        self._resolve_ladder()
         for name in ("small", "large", "dataset", "out"):
             value = getattr(self, name)
             if not isinstance(value, (str, Path)) or not str(value).strip():
                 raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
         from routedvlm.inference.backends.remote import parse_remote
 
-        for name in ("small", "large", "small_reasoner", "large_reasoner"):
-            parse_remote(getattr(self, name))  # a URL without '#<model id>' is refused here, before anything runs
+        for spec in (*self.ladder_specs().values(), *self.ladder_reasoners().values()):
+            parse_remote(spec)  # a URL without '#<model id>' is refused here, before anything runs
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:
@@ -142,17 +161,57 @@ class LabelConfig:
             raise ConfigError(f"The `ray` setting is off but {', '.join(used)} was given; add --ray to label on a "
                               "Ray cluster, or drop those flags.")
 
+    def _resolve_ladder(self) -> None:
+        from .ladder import resolve_ladder
+
+        resolve_ladder(self)
+
+    @property
+    def aliases(self) -> tuple:
+        """The models' names, cheapest first: ('small', 'large') for a pair."""
+        return ladder_aliases(len(self.models)) if self.models else ("small", "large")
+
+    @property
+    def is_ladder(self) -> bool:
+        """More than two models (labels schema version 2)."""
+        return bool(self.models) and len(self.models) > 2
+
+    def ladder_specs(self) -> dict:
+        """{alias: model spec} in ladder order."""
+        return dict(zip(self.aliases, self.models)) if self.models else {"small": self.small, "large": self.large}
+
+    def ladder_reasoners(self) -> dict:
+        """{alias: reasoner spec} of the models that have one."""
+        from .ladder import parse_assignments
+
+        out = {"small": self.small_reasoner, "large": self.large_reasoner}
+        out.update(parse_assignments(self.reasoners, "reasoners", self.aliases))
+        return {a: v for a, v in out.items() if v}
+
     def _resolve_strategies(self) -> None:
+        from .ladder import bounded_grid
+
         grid = parse_k_grid(self.k_grid) if self.k_grid is not None else None
         if self.strategies is None:
-            self.strategies = tuple(default_strategies(grid or DEFAULT_K_GRID))
+            if self.transfer_pairs is None and self.reason_models is None and not self.is_ladder:
+                self.strategies = tuple(default_strategies(grid or DEFAULT_K_GRID))
+            else:
+                self.strategies = tuple(bounded_grid(self, grid or DEFAULT_K_GRID))
         else:
             ids = self.strategies.split(",") if isinstance(self.strategies, str) else self.strategies
             self.strategies = tuple(dict.fromkeys(parse_strategy(s.strip()).id for s in ids if s.strip()))
+            bounded = self.transfer_pairs is not None or self.reason_models is not None
+            if bounded and self.strategies != tuple(bounded_grid(self, grid or DEFAULT_K_GRID)):  # (a resolved config)
+                raise ConfigError("Pass either --strategies or --transfer-pairs/--reason-models (which bound the "
+                                  "default grid), not both.")
             if not self.strategies:
                 raise ConfigError("The `strategies` setting must name at least one strategy id, e.g. 'large_direct'.")
-        ks = tuple(sorted(parse_strategy(s).keep_tokens for s in self.strategies
-                          if s.startswith("transfer_") and s != "transfer_all"))
+            off = sorted({m for s in self.strategies for m in parse_strategy(s).models} - set(self.aliases))
+            if off:
+                raise ConfigError(f"The `strategies` setting runs model(s) {off}, which are not on the ladder "
+                                  f"{list(self.aliases)}; use strategies of these models.")
+        ks = tuple(sorted({parse_strategy(s).keep_tokens for s in self.strategies if parse_strategy(s).is_transfer}
+                          - {None}))
         if grid is not None and self.k_grid is not None and ks and ks != grid:
             raise ConfigError(f"The `k_grid` setting {list(grid)} does not match the transfer_<K> strategies given "
                               f"(K = {list(ks)}); pass only one of --k-grid and --strategies, or make them agree.")
@@ -168,8 +227,12 @@ class LabelConfig:
             if f.name in NOT_SETTINGS:
                 continue
             value = getattr(self, f.name)
+            if f.name in LADDER_SETTINGS and value is None:
+                continue
             if f.name in ("small", "large", "dataset", "small_reasoner", "large_reasoner", "cost", "out") and value:
                 value = portable_path(value)
+            if f.name == "models" and value:
+                value = [portable_path(v) for v in value]
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

@@ -26,6 +26,9 @@ conservative estimate of one cold call); the image is counted once. Per strategy
   of K are the first of the next K's: each transfer prefills the hint header and kept tokens once and the next K
   branches off there) + the large transfer call (prefill of the rest + decode). Other selectors pay the whole
   reasoning (and `attention` its scoring pass, `select_attention`). `transfer_all` keeps all reasoning tokens.
+- On a ladder the same holds per model: `<m>_direct` of a model above the cheapest is built like `large_direct`
+  (`<m>_prefix` + continuation), `transfer_<a>_<b>_<K|all>` like `transfer_<K>` with a reasoning and b answering,
+  and its increment `latency_ms__escalate_<a>_<b>_<K|all>` leaves out `<b>_prefix`.
 - `latency_ms__escalate_<K>` (`escalate_all` for `transfer_all`), the two-stage increment after `large_direct`
   answered (router contract): the same records as `transfer_<K>` minus the large prefix, which two-stage decoding
   reuses from `large_direct` (no second vision encoding or prompt prefill) = small reasoning (up to K tokens) +
@@ -57,14 +60,17 @@ def compose_latencies(results: Mapping, stage_ms: StageCost | None = None) -> tu
     """({strategy: standalone ms}, {escalate column key: increment ms}) for one sample's `run_many` results.
 
     results: {strategy id: Result (anything with a `.trace` list of stage records)}. The second dict is keyed
-    by K (int) for `transfer_<K>` and by "all" for `transfer_all`, i.e. the `escalate_col` argument.
+    by K (int) for `transfer_<K>` and by "all" for `transfer_all`, and by the strategy id for a ladder's other
+    transfers (`transfer_<a>_<b>_<K|all>`, whose increment leaves out `<b>_prefix`), i.e. the `escalate_col` argument.
     """
     cost = stage_ms or wall_clock_stage_ms
     standalone, escalate = {}, {}
     for sid, res in results.items():
         standalone[sid] = trace_ms(res.trace, cost)
         strat = parse_strategy(sid)
-        if strat.is_transfer:
+        if strat.is_transfer and strat.id == sid and (strat.source, strat.model) != ("small", "large"):
+            escalate[sid] = trace_ms(res.trace, cost, skip=(f"{strat.model}_prefix",))
+        elif strat.is_transfer:
             key = "all" if strat.keep_tokens is None else strat.keep_tokens
             escalate[key] = trace_ms(res.trace, cost, skip=(PREFIX_STAGE,))
     return standalone, escalate

@@ -1,6 +1,6 @@
 """`routedvlm label merge`: join the labels files of several shards (`--shard I/N`) of one run into one file.
 
-The files must come from the same run settings (models, strategies, K grid, selector, prompts, generation,
+The files must come from the same run settings (ladder, models, strategies, K grid, selector, prompts, generation,
 threshold, latency source, sample source) and hold disjoint sample ids; each is validated first.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from ..labels.validate import check_labels
 
 log = logging.getLogger(__name__)
-MUST_MATCH = ("models", "strategies", "k_grid", "selector", "prompts", "prompt_template", "generation", "threshold",
+MUST_MATCH = ("ladder", "models", "strategies", "k_grid", "selector", "prompts", "prompt_template", "generation", "threshold",
               "execution_mode",
               "latency_source", "cost_profile_sha256", "sample_source", "schema_version")
 

@@ -2,10 +2,12 @@
 
 Per sample, `CollaborativePipeline.run_many` runs all requested strategies at once (the small model reasons once,
 as far as the largest K needs; the large model's image+question prefix is prefilled once and `large_direct` and
-every `transfer_<K>` continue from it). Answers are scored with the data set's official scorer (`correct` =
+every `transfer_<K>` continue from it; on a ladder of N models the same per model: each source reasons once, each
+answering model prefills its prefix once). A ladder's labels are schema version 2 (metadata `ladder`, `models` keyed
+by alias). Answers are scored with the data set's official scorer (`correct` =
 score >= threshold); latencies are composed from the stage records (`data/labelling/latency.py` says exactly how); features
-come from `inference.features.compute_features` on the prompt, the image and the `large_direct` / `small_direct`
-results, the code the runtime uses. The job around it (`job.py`) stores rows crash-safely (`parts.py`),
+come from `inference.features.compute_features` on the prompt, the image and the `<m>_direct` results
+(`large_direct` / `small_direct` for a pair), the code the runtime uses. The job around it (`job.py`) stores rows crash-safely (`parts.py`),
 several samples in flight (`runner.py`) or on Ray (`ray_pool.py`), and merges them into `--out`.
 The text sent to the models, and stored as `question`, is `Sample.prompt`: the question through the prompt template
 (`--prompt-template`; default the adapter's: none for local data, lmms-eval's post prompts for the known
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routedvlm.errors import SideUnavailableError
-from routedvlm.router.strategies import DEFAULT_K_GRID, FEATURE_STAGES
+from routedvlm.router.strategies import DEFAULT_K_GRID, is_feature_stage
 from ..labels.schema import ERROR_COLUMN, answer_col, correct_col, escalate_col, latency_col, tokens_col
 from ..loading import SampleSource
 from .config import LabelConfig
@@ -124,7 +126,7 @@ def label_sample(pipe, sample, strategies, threshold: float, stage_ms=None) -> d
         row[latency_col(sid)] = standalone[sid]
         row[tokens_col(sid)] = int(res.output_tokens)
     row.update({escalate_col(k): ms for k, ms in escalate.items()})
-    stages = {s: results[s] for s in FEATURE_STAGES if s in results}
+    stages = {s: res for s, res in results.items() if s != "prompt" and is_feature_stage(s)}
     row.update(compute_features(sample.prompt, [image], stages))
     return row
 
@@ -175,17 +177,23 @@ def _torch_threads() -> int:
 
 
 def load_pipeline(cfg: LabelConfig):
-    """(CollaborativePipeline with both models loaded, resolved device)."""
+    """(CollaborativePipeline with every model of the ladder loaded, resolved device)."""
     from routedvlm.inference import CollaborativePipeline
-    from routedvlm.inference.backends.remote import is_remote
     from routedvlm.inference.sides.local import resolve_device, set_threads
 
+    from .config import both_remote
+
     set_threads(cfg.threads)
-    device = "remote" if is_remote(cfg.small) and is_remote(cfg.large) else resolve_device(cfg.device)
-    small = load_side(cfg.small, cfg.small_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
-    large = load_side(cfg.large, cfg.large_reasoner, device, cfg.dtype, measure_cold=cfg.cost is None)
+    device = "remote" if both_remote(cfg) else resolve_device(cfg.device)
+    reasoners, loaded = cfg.ladder_reasoners(), {}
+    sides = []
+    for alias, spec in cfg.ladder_specs().items():
+        key = (str(spec), reasoners.get(alias)) if cfg.is_ladder else alias  # one copy of a model two rungs name alike
+        if key not in loaded:
+            loaded[key] = load_side(spec, reasoners.get(alias), device, cfg.dtype, measure_cold=cfg.cost is None)
+        sides.append(loaded[key])
     pipe = CollaborativePipeline(
-        small, large, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
+        sides=sides, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
         max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
     )
     return pipe, device
@@ -197,6 +205,13 @@ def stage_cost(cfg: LabelConfig, source: str):
         return None, {"latency_source": source}
     from routedvlm.inference.profiling.latency_model import cost_stage_fn
 
+    if cfg.is_ladder:
+        from .ladder import parse_assignments
+
+        named = {"small": cfg.cost_model_small, "large": cfg.cost_model_large,
+                 **parse_assignments(cfg.cost_models, "cost_models", cfg.aliases)}
+        return cost_stage_fn(cfg.cost, small=named["small"], large=named["large"], small_path=cfg.small,
+                             large_path=cfg.large, ladder={a: (named.get(a), spec) for a, spec in cfg.ladder_specs().items()})
     return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
                          small_path=cfg.small, large_path=cfg.large)
 
@@ -210,11 +225,12 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
     from ..adapters import get_adapter
     from .metadata import library_versions, scale_info, side_info
 
-    models = {side: side_info(getattr(pipe, side)) for side in ("small", "large")}
-    remote = [side for side in ("small", "large") if "server" in models[side]]  # sides measured over HTTP
+    models = {alias: side_info(side) for alias, side in pipe.sides.items()}
+    remote = [alias for alias in models if "server" in models[alias]]  # sides measured over HTTP
+    ladder = {"ladder": list(pipe.aliases)} if len(pipe.aliases) > 2 else {}
     extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
     return {
-        **extra, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        **extra, **ladder, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
         "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
         "prompt_template": get_adapter(source.adapter).template(cfg.prompt_template).to_dict(),
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),

@@ -25,7 +25,8 @@ WALL_CLOCK, BATCHED, COST_MODEL = "wall-clock", "batched-wall-clock", "cost-mode
 
 def has_stateful_side(pipe) -> bool:
     """Whether a side holds per-call state (`ModelSide.stateful`, e.g. a local model): then samples take turns."""
-    return any(side.stateful for side in (pipe.small, pipe.large))
+    sides = getattr(pipe, "sides", None) or {"small": pipe.small, "large": pipe.large}
+    return any(side.stateful for side in sides.values())
 
 
 def latency_source(cfg, remote: bool) -> str:

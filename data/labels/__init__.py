@@ -1,4 +1,4 @@
-"""routedvlm.data.labels — labels.parquet (schema version 1, DESIGN.md): columns, read/write, validation.
+"""routedvlm.data.labels — labels.parquet (schema versions 1 and 2, DESIGN.md): columns, read/write, validation.
 
 Names are imported lazily, so the CLI's `--help` stays free of pandas. File map: docs/layout.md.
 """
@@ -13,7 +13,8 @@ _SCHEMA = (
     "labels_files", "read_labels",
 )
 _LAZY = {**{name: "schema" for name in _SCHEMA},
-         **{name: "validate" for name in ("inspect_labels", "validate_labels", "check_labels")}}
+         **{name: "validate" for name in ("inspect_labels", "validate_labels", "check_labels")},
+         "schema_version_for": "schema", "ladder_of": "ladder"}
 __all__ = sorted(_LAZY)
 
 

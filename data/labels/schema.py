@@ -1,4 +1,9 @@
-"""The labels.parquet schema (version 1, DESIGN.md): column names, labels, content hash, atomic read/write.
+"""The labels.parquet schema (versions 1 and 2, DESIGN.md): column names, labels, content hash, atomic read/write.
+
+Version 1 is a pair of models (`small`, `large`); version 2 a ladder of N >= 3 models (metadata `ladder`: the aliases
+cheapest first, `models` keyed by alias), whose ids and columns are the ladder's (`<m>_direct`, `<m>_reason`,
+`transfer_<a>_<b>_<K|all>`, `latency_ms__escalate_<a>_<b>_<K|all>`, `feat__<m>_direct__...`). `write_labels` writes
+version 2 exactly when the metadata names a ladder of more than two models; readers read both.
 
 One row per sample: `sample_id`, `dataset`, `task_type`, `question`, `reference` (JSON of the gold answers);
 per strategy s that ran: `answer__s`, `correct__s` (bool), `latency_ms__s` (float), `output_tokens__s` (int);
@@ -37,7 +42,8 @@ from routedvlm.router.strategies import is_strategy, parse_strategy, strategy_or
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest version this routedvlm reads and writes
+PAIR_SCHEMA_VERSION = 1  # a pair's labels (no `ladder` metadata, or a ladder of two)
 METADATA_KEY = "routedvlm"
 NO_LABEL = "none"
 BASE_COLUMNS = ("sample_id", "dataset", "task_type", "question", "reference")
@@ -107,9 +113,15 @@ def strategies_in(df) -> list[str]:
     return sorted(found, key=strategy_order)
 
 
+def schema_version_for(metadata: dict | None) -> int:
+    """The schema version a labels file with this metadata has: 2 for a ladder of more than two models, else 1."""
+    ladder = (metadata or {}).get("ladder")
+    return SCHEMA_VERSION if isinstance(ladder, list) and len(ladder) > 2 else PAIR_SCHEMA_VERSION
+
+
 def k_grid_in(df) -> list[int]:
-    """The K values of the `transfer_<K>` strategies in `df`, sorted."""
-    return sorted(parse_strategy(s).keep_tokens for s in strategies_in(df) if s.startswith("transfer_") and s != "transfer_all")
+    """The K values of the transfer strategies in `df` (every pair's), sorted."""
+    return sorted({parse_strategy(s).keep_tokens for s in strategies_in(df) if parse_strategy(s).is_transfer} - {None})
 
 
 def feature_columns(df, stages=None) -> list[str]:
@@ -180,14 +192,14 @@ def _json_default(o):
 
 
 def write_labels(df, path, metadata: dict | None = None) -> Path:
-    """Write `df` to `path` with the `routedvlm` metadata (schema_version 1 and content_hash added).
+    """Write `df` to `path` with the `routedvlm` metadata (`schema_version_for` it and content_hash added).
     Atomic: written to a temp file in the same folder, then `os.replace`d, so an existing good file is
     never replaced by a partial one."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    meta = {**(metadata or {}), "schema_version": SCHEMA_VERSION, "content_hash": content_hash(df)}
+    meta = {**(metadata or {}), "schema_version": schema_version_for(metadata), "content_hash": content_hash(df)}
     try:
         table = pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:

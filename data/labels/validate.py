@@ -1,4 +1,4 @@
-"""Validation of labels.parquet (schema version 1): every problem of a table or file, reported at once.
+"""Validation of labels.parquet (schema versions 1 and 2): every problem of a table or file, reported at once.
 
 Failed rows (an `error` value) are excluded from the value checks; sample ids are checked on every row, and two ids
 equal after NFKC normalisation and removing zero-width characters (`same` / `same\u200b`) are refused as lookalike
@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import LabelsError, UnknownStrategyError, one_of
-from routedvlm.router.strategies import is_feature_stage, feature_stages, is_strategy
+from routedvlm.router.strategies import is_feature_stage, feature_stages, is_strategy, parse_strategy
 from .schema import (
     BASE_COLUMNS, LABEL_COLUMN, METADATA_KEY, NO_LABEL, PER_STRATEGY, SCHEMA_VERSION, _read, classify_column,
-    compute_labels, content_hash, escalate_col, failed_rows, strategies_in,
+    compute_labels, content_hash, escalate_col, failed_rows, k_grid_in, schema_version_for, strategies_in,
 )
+from .ladder import ladder_problems, version_of
 from ..sample import TASK_TYPES
 from .bounds import id_key
 
@@ -65,7 +66,7 @@ def _column_problems(df) -> list[str]:
     for c in cols:
         kind, arg = classify_column(c)
         if kind == "unknown":
-            out.append(f"extra column {c!r}: not part of schema version {SCHEMA_VERSION} (remove or rename it)")
+            out.append(f"extra column {c!r}: not part of the labels schema (remove or rename it)")
         elif kind in PER_STRATEGY and not is_strategy(arg):
             out.append(f"column {c!r} names unknown strategy id {arg!r}; use ids such as 'large_direct' or 'transfer_64'")
         elif kind == "feature":
@@ -91,7 +92,8 @@ def _strategy_problems(df) -> list[str]:
             out.append(f"strategy {s!r} lacks its two-stage increment column {escalate_col(s)!r}")
     for c in sorted(cols):
         kind, arg = classify_column(c)
-        if kind == "escalate" and f"transfer_{arg}" not in strategies:
+        if kind == "escalate" and (not is_strategy(f"transfer_{arg}") or
+                                   parse_strategy(f"transfer_{arg}").id not in strategies):
             out.append(f"column {c!r} has no matching strategy 'transfer_{arg}' columns")
         if kind == "feature":
             unrun = [st for st in arg.split("+") if st != "prompt" and is_feature_stage(st) and st not in strategies]
@@ -212,8 +214,11 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
     if not meta:
         return [f"metadata '{METADATA_KEY}' is missing; write the file with routedvlm.data.labels.write_labels"], None
     out = []
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        out.append(f"metadata schema_version must be {SCHEMA_VERSION}, got {meta.get('schema_version')!r}")
+    want = schema_version_for(meta)
+    if meta.get("schema_version") != want:
+        kind = "a ladder of more than two models" if want == SCHEMA_VERSION else "a pair (no `ladder` of 3+ models)"
+        out.append(f"metadata schema_version must be {want}, got {meta.get('schema_version')!r} (for {kind})")
+    out += ladder_problems(df, meta)
     if "content_hash" not in meta:
         out.append("metadata has no content_hash; write the file with write_labels")
     elif meta["content_hash"] != content_hash(df):
@@ -221,7 +226,7 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
                    "match); rewrite it with write_labels")
     k_grid = meta.get("k_grid")
     if k_grid is not None:
-        ks = sorted(int(s.split("_")[1]) for s in strategies_in(df) if s.startswith("transfer_") and s != "transfer_all")
+        ks = k_grid_in(df)
         if not isinstance(k_grid, list) or sorted(k_grid) != ks:
             out.append(f"metadata k_grid {k_grid!r} does not match the transfer_<K> columns (K = {ks})")
     cands = meta.get("candidates")
@@ -236,6 +241,10 @@ def _metadata_problems(df, meta: dict | None) -> tuple[list[str], list[str] | No
 def inspect_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> tuple[list[str], list[str]]:
     """(problems, warnings) of a labels table or file. For a path the file's own metadata is used; for a DataFrame,
     `metadata` is checked when given. Not `strict`, metadata problems are warnings (see the module docstring)."""
+    return _inspect(df_or_path, metadata, strict)[:2]
+
+
+def _inspect(df_or_path, metadata, strict) -> tuple[list[str], list[str], int]:
     problems, meta_problems = [], []
     if isinstance(df_or_path, (str, Path)):
         df, file_meta, meta_problem = _read(df_or_path)
@@ -256,7 +265,8 @@ def inspect_labels(df_or_path, metadata: dict | None = None, *, strict: bool = T
         found, candidates = _metadata_problems(df, metadata)
         meta_problems += found
     problems += _label_problems(df, ok, candidates or strategies_in(df))
-    return (problems + meta_problems, []) if strict else (problems, meta_problems)
+    version = version_of(df, metadata)
+    return (problems + meta_problems, [], version) if strict else (problems, meta_problems, version)
 
 
 def validate_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
@@ -266,10 +276,10 @@ def validate_labels(df_or_path, metadata: dict | None = None, *, strict: bool = 
 
 def check_labels(df_or_path, metadata: dict | None = None, *, strict: bool = True) -> list[str]:
     """Raise LabelsError listing every problem when the labels are invalid; returns the warnings."""
-    problems, warnings = inspect_labels(df_or_path, metadata, strict=strict)
+    problems, warnings, version = _inspect(df_or_path, metadata, strict)
     if problems:
         name = f"{df_or_path}" if isinstance(df_or_path, (str, Path)) else "The labels table"
         notes = [f"warning: {w}" for w in warnings]
-        raise LabelsError(f"{name} does not follow labels schema version {SCHEMA_VERSION} "
+        raise LabelsError(f"{name} does not follow labels schema version {version} "
                           f"({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems + notes))
     return warnings

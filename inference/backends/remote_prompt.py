@@ -10,7 +10,8 @@ blocks only, so a prefix shorter than a block is never reused).
   only the `large_direct` prompt (sent there first with `max_tokens=1`, unrecorded: another K's transfer prompt
   would share more blocks than the escalation after `large_direct` can), so the server reuses exactly the
   image+question blocks an escalation reuses: record `large_transfer` (prefill = the uncached tokens); this is
-  what `latency_ms__escalate_<K>` counts;
+  what `latency_ms__escalate_<K>` counts. The sample's first transfer after its direct answer goes to the sample's
+  own namespace, which holds only that direct prompt (no seed needed: one request fewer);
 - the reused prefix as record `large_prefix` (`composed`): `prefill_tokens` = the tokens the server reused (and
   `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
   prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
@@ -29,20 +30,20 @@ from ..stages import record
 class RemotePrompt:
     """The image+question prefix of one request on the large model's server (see the module docstring)."""
 
-    def __init__(self, vlm, request, cfg):
-        self.vlm, self.request, self.cfg = vlm, request, cfg
+    def __init__(self, vlm, request, cfg, side: str = "large"):
+        self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
         self.direct_record, self._namespaces = None, itertools.count(1)  # thread-safe: transfers may overlap
         self.overlap = False  # send a transfer's cold repeat beside its two-stage calls (set by inference/overlap.py)
-        self.prefix_record = record("large_prefix", "large", vlm, "prefix", _empty(), remote=True)
+        self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _empty(), remote=True)
 
     def transfer_text(self, reasoning: str) -> str:
         return self.vlm.prompts.transfer_question(self.request.question, reasoning)
 
     def answer(self, text: str, stage: str, *, restore_rope: bool = True, salt: str | None = None):
         """One request (`text` = the question or the transfer question): (generation, answer, record)."""
-        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, salt=salt)
-        if stage == "large_direct":
+        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, self.side, salt=salt)
+        if stage == f"{self.side}_direct":
             self.direct_record = rec
         elif self.direct_record is not None and self.vlm.require_prefix_cache:
             self._check_reuse(rec, stage)
@@ -50,22 +51,23 @@ class RemotePrompt:
 
     def transfer(self, text: str):
         """The two-stage transfer call and the record of the prefix it reused: (generation, answer, [prefix, call])."""
-        from ..pipeline_parts import parallel
-
         base, salt = self.request.__dict__.get("_measure"), None
 
         def two_stage():
-            if salt is not None:
-                self.vlm.answer_prompt(self.request, self.direct_text, "large_prefix_seed", self.cfg, salt=salt,
-                                       max_tokens=1)
-            return self.answer(text, "large_transfer", salt=salt)
+            if salt is not None and salt != base:
+                self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
+                                       salt=salt, max_tokens=1)
+            return self.answer(text, f"{self.side}_transfer", salt=salt)
 
         jobs = {"warm": two_stage}
         if base is not None:
-            salt = f"{base}-k{next(self._namespaces)}"
+            n = next(self._namespaces)
+            # the first transfer after the direct answer: the sample's namespace holds just that prompt, no seed
+            salt = base if n == 1 and self.direct_record is not None else f"{base}-k{n}"
             if self.vlm.measure_cold:
-                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, "large_transfer_cold", self.cfg)
-        done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
+                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
+                                                              self.cfg, self.side)
+        done = _run(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
         gen, ans, rec = done["warm"]
         cold_ms = None
         if "cold" in done:
@@ -80,7 +82,7 @@ class RemotePrompt:
             extra["image_tokens"] = rec["image_tokens"]
         if cold_ms is not None:
             extra["cold_ms"] = round(cold_ms, 3)
-        return gen, ans, [record("large_prefix", "large", self.vlm, "prefix", prefix, **extra), rec]
+        return gen, ans, [record(f"{self.side}_prefix", self.side, self.vlm, "prefix", prefix, **extra), rec]
 
     def _check_reuse(self, rec: dict, stage: str) -> None:
         url, model = self.vlm.client.base_url, self.vlm.model_id
@@ -105,6 +107,17 @@ class RemotePrompt:
             f"The attention selector needs the large model's attention weights, which {self.vlm.name!r} does not "
             "expose over HTTP. Use selector='prefix' or 'suffix' with remote models."
         )
+
+
+def _run(jobs: dict, at_once: bool) -> dict:
+    """Run named zero-argument callables, in threads when `at_once`."""
+    if not at_once or len(jobs) < 2:
+        return {name: fn() for name, fn in jobs.items()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {name: pool.submit(fn) for name, fn in jobs.items()}
+        return {name: fut.result() for name, fut in futures.items()}
 
 
 def _empty() -> Generation:

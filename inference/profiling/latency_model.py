@@ -245,8 +245,9 @@ def _match_path(models: dict, path) -> str | None:
 
 
 def cost_stage_fn(profile_json, *, small: str | None = None, large: str | None = None,
-                  small_path=None, large_path=None):
-    """`(stage_ms(side, record), metadata)` for a labeller: prices "small"/"large" records with their fitted models.
+                  small_path=None, large_path=None, ladder: dict | None = None):
+    """`(stage_ms(side, record), metadata)` for a labeller: prices "small"/"large" records with their fitted models
+    (and a ladder's other models: `ladder` = {alias: (profiled model name or None, its path)}).
 
     Which profiled model serves a side: the name given (`small`/`large`), else the profiled model whose path (or
     folder name) equals `small_path`/`large_path`, else, for a profile of exactly two models, the one with fewer
@@ -262,6 +263,12 @@ def cost_stage_fn(profile_json, *, small: str | None = None, large: str | None =
         if chosen[side] is None:
             raise ConfigError(f"Cannot tell which model of the profile prices the {side} side: the profile holds "
                               f"{one_of(models)}. Pass --cost-model-{side} NAME.")
+    for alias, (name, path) in (ladder or {}).items():  # a ladder's other models: {alias: (name or None, path)}
+        if alias not in chosen:
+            chosen[alias] = name or _match_path(models, path)
+            if chosen[alias] is None:
+                raise ConfigError(f"Cannot tell which model of the profile prices the ladder's {alias!r} model: the "
+                                  f"profile holds {one_of(models)}. Pass --cost-model {alias}=NAME.")
     lms = {side: LatencyModel.load(data, model=name) for side, name in chosen.items()}
 
     def stage_ms(side: str, record: dict) -> float:

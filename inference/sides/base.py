@@ -83,8 +83,8 @@ class ModelSide(abc.ABC):
     # ----- stages ------------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
-        """A short answer in direct mode: (Generation, answer, trace records). `side`: "small"/"large" (the records'
-        `model`); cache/upcoming/inputs: this side's `prompt_cache` and prepared inputs (ignored when it has none)."""
+        """A short answer in direct mode: (Generation, answer, trace records). `side`: the model's alias, "small"/"large"
+        for a pair (the records' `model`); cache/upcoming/inputs: this side's `prompt_cache` and prepared inputs (ignored when it has none)."""
 
     @abc.abstractmethod
     def run_reasoning(self, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(), inputs=None):
@@ -95,14 +95,18 @@ class ModelSide(abc.ABC):
         """Close a reasoning run (of this side) that stopped inside its reasoning and decode its answer."""
 
     @abc.abstractmethod
-    def answer_prompt(self, request, question: str, stage: str, cfg):
-        """A cold direct answer to `question` about the request's image (a one-stage transfer): (gen, answer, record)."""
+    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large"):
+        """A cold direct answer to `question` about the request's image (a one-stage transfer): (gen, answer, record).
+        `side`: the answering model's alias (the record's `model`; the pipeline passes it only on a ladder, for a
+        model other than "large")."""
 
     @abc.abstractmethod
-    def large_prompt(self, request, cfg):
+    def large_prompt(self, request, cfg, side: str = "large"):
         """The request's image+question prefix, kept for continuations (two-stage decoding, `escalate`): an object
         with `direct_text`, `prefix_record`, `request`, `transfer_text(reasoning)`, `answer(text, stage)` and
-        `attention_scores(reasoning)`; `transfer(text)` when the side has no `prompt_cache`."""
+        `attention_scores(reasoning)`; `transfer(text)` when the side has no `prompt_cache`. `side`: the alias this
+        model answers as (records `<side>_prefix`, `<side>_transfer`; passed only on a ladder, for a model other than
+        "large")."""
 
     @abc.abstractmethod
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,

@@ -263,11 +263,11 @@ class VLM(ModelSide):
     def finish_answer(self, run, cfg):
         return stages.close_reasoning(run, cfg)
 
-    def answer_prompt(self, request, question: str, stage: str, cfg):
-        return stages.answer_prompt(self, request, question, stage, cfg)
+    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large"):
+        return stages.answer_prompt(self, request, question, stage, cfg, side)
 
-    def large_prompt(self, request, cfg):
-        return stages.LargePrompt(self, request, cfg)
+    def large_prompt(self, request, cfg, side: str = "large"):
+        return stages.LargePrompt(self, request, cfg, side)
 
     def prompt_cache(self, side: str):
         from ..prompt_cache import PromptCache

@@ -207,19 +207,19 @@ class OpenAIVLM(ModelSide):
         run.records.append(remote_record(f"{run.side}_reason_answer", run.side, self, self.mode_name("reason"), gen, resp))
         return run
 
-    def large_prompt(self, request, cfg):
+    def large_prompt(self, request, cfg, side: str = "large"):
         from ..backends.remote_prompt import RemotePrompt
 
-        return RemotePrompt(self, request, cfg)
+        return RemotePrompt(self, request, cfg, side)
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, *, salt: str | None = None,
+    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large", *, salt: str | None = None,
                       max_tokens: int | None = None):
         """A direct answer to `question` about the request's image (a cold one-stage transfer): (gen, answer, record)."""
         limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
         gen, resp = self.chat(request, question, thinking=False, max_tokens=limit,
                               min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
         answer = direct_text(message(resp), logprob_tokens(resp))
-        return gen, answer, remote_record(stage, "large", self, self.mode_name("direct"), gen, resp)
+        return gen, answer, remote_record(stage, side, self, self.mode_name("direct"), gen, resp)
 
 
 def remote_record(stage: str, side: str, vlm, mode: str, gen, resp: dict, **extra) -> dict:
@@ -236,8 +236,16 @@ def remote_record(stage: str, side: str, vlm, mode: str, gen, resp: dict, **extr
     return record(stage, side, vlm, mode, gen, **extra)
 
 
-# stages whose calls share the sample's prefix-cache namespace in a measured run (see remote_prompt.py)
+# stages whose calls share the sample's prefix-cache namespace in a measured run (see remote_prompt.py); on a ladder
+# also `<m>_direct` and `<m>_transfer` of every answering model above the cheapest (`shares_prefix`)
 SHARED_SALT_STAGES = ("large_direct", "large_transfer", "escalate")
+
+
+def shares_prefix(stage: str) -> bool:
+    """Whether a call of `stage` continues (or seeds) its model's image+question prefix of this sample."""
+    if stage in SHARED_SALT_STAGES or stage.endswith("_transfer"):
+        return True
+    return stage.endswith("_direct") and not stage.startswith("small_")
 
 
 def measurement_salt(request, stage: str) -> str | None:
@@ -246,7 +254,7 @@ def measurement_salt(request, stage: str) -> str | None:
     base = request.__dict__.get("_measure")
     if base is None:
         return None
-    return base if stage in SHARED_SALT_STAGES else f"{base}-{uuid.uuid4().hex[:8]}"
+    return base if shares_prefix(stage) else f"{base}-{uuid.uuid4().hex[:8]}"
 
 
 __all__ = ["OpenAIVLM", "clean_text", "measurement_salt", "remote_record"]

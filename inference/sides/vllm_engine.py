@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import threading
 import time
 import uuid
 
@@ -39,12 +40,15 @@ from .openai import measurement_salt
 
 log = logging.getLogger(__name__)
 SPEC_PREFIX = "vllm:"
+
+
 def is_engine_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
 
 
 class VLLMEngine(ModelSide):
-    """One side served by `vllm.LLM(model=path, **engine_args(...))` in this process (built on first use).
+    """One side served by `vllm.LLM(model=path, **resolve_engine_args(engine_args))` in this process, built on first
+    use (once, whichever thread calls first).
     Not stateful: calls from several threads are batched by the engine. See the module docstring."""
 
     stateful = False
@@ -83,7 +87,7 @@ class VLLMEngine(ModelSide):
         self.style = self._detect_style() if thinking == "auto" else thinking
         self.think_close_id = self._single_id(THINK_CLOSE)
         self.engine_args = resolve_engine_args(engine_args)
-        self._driver, self._hidden = None, None
+        self._driver, self._hidden, self._starting = None, None, threading.Lock()
         self.request_log = None  # a list: every call's (stage, prompt dict, SamplingParams, output) is appended
 
     @classmethod
@@ -99,7 +103,9 @@ class VLLMEngine(ModelSide):
     @property
     def driver(self):
         if self._driver is None:
-            self._driver = self._start()
+            with self._starting:  # many samples' threads make the first calls at once: one engine
+                if self._driver is None:
+                    self._driver = self._start()
         return self._driver
 
     def _start(self):
@@ -121,6 +127,9 @@ class VLLMEngine(ModelSide):
         if self._driver is not None:
             driver, self._driver = self._driver, None
             driver.close()
+            core = getattr(driver.llm.llm_engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()  # the engine's own processes end now, not at interpreter exit
             del driver.llm
 
     @property
@@ -246,18 +255,18 @@ class VLLMEngine(ModelSide):
         run.records.append(self._record(f"{run.side}_reason_answer", run.side, self.mode_name("reason"), ans))
         return run
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, *, salt: str | None = None,
+    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large", *, salt: str | None = None,
                       max_tokens: int | None = None):
-        """A direct answer to `question` about the request's image: (gen, answer, record)."""
+        """A direct answer to `question` about the request's image as model `side`: (gen, answer, record)."""
         limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
         gen = self.call(request, self.render(request.messages(question), "direct"), max_tokens=limit,
                         min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
-        return gen, self.clean_answer(gen.token_ids), self._record(stage, "large", self.mode_name("direct"), gen)
+        return gen, self.clean_answer(gen.token_ids), self._record(stage, side, self.mode_name("direct"), gen)
 
-    def large_prompt(self, request, cfg):
+    def large_prompt(self, request, cfg, side: str = "large"):
         from ..backends.engine_prompt import EnginePrompt
 
-        return EnginePrompt(self, request, cfg)
+        return EnginePrompt(self, request, cfg, side)
 
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):

@@ -39,6 +39,14 @@ def label_args(world, out, *extra) -> list:
             "--min-reason-tokens", "6", "--device", "cpu", "--no-progress", *extra]
 
 
+def ladder_args(world, out, *extra, models=None) -> list:
+    """`label_args` for a three-model ladder: small, small (as mid), large unless `models` are given."""
+    models = models or [world.small, world.small, world.large]
+    return [*(x for m in models for x in ("--model", m)), "--dataset", world.data, "--out", str(out), "--k-grid", "2",
+            "--max-new-tokens", "3", "--min-new-tokens", "2", "--max-reason-tokens", "6", "--min-reason-tokens", "6",
+            "--device", "cpu", "--no-progress", *extra]
+
+
 def label(*argv) -> int:
     from routedvlm.data.labelling.cli import main
 

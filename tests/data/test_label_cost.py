@@ -77,3 +77,41 @@ def test_two_runs_with_cost_give_identical_latencies(cost_setup):
     # The large model is priced at 4x: its direct answer costs more than the small model's, token counts equal.
     assert (df1["output_tokens__large_direct"] == df1["output_tokens__small_direct"]).all()
     assert (df1["latency_ms__large_direct"] > 3 * df1["latency_ms__small_direct"]).all()
+
+
+def test_a_ladder_prices_each_model_with_its_profiled_model(cost_setup):
+    """mid found by its path (the large checkpoint) or named with --cost-model mid=NAME; latencies deterministic."""
+    from routedvlm.data.labels.schema import read_labels
+    from routedvlm.training.cli import main
+
+    root, small, large, data, profile = cost_setup
+
+    def run(name, *extra):
+        out = root / name
+        argv = ["label", "--model", str(small), "--model", str(large), "--model", str(large), "--dataset", str(data),
+                "--out", str(out), "--strategies", "small_direct,mid_direct,transfer_small_mid_2", "--max-new-tokens",
+                "3", "--max-reason-tokens", "6", "--min-new-tokens", "2", "--min-reason-tokens", "6", "--device", "cpu",
+                "--cost", str(profile), "--no-progress", *extra]
+        assert main(argv) == 0
+        return read_labels(out)
+
+    (a, meta), (b, _) = run("ladder-a.parquet"), run("ladder-b.parquet")
+    assert meta["cost_models"] == {"small": "tiny-small", "mid": "tiny-large", "large": "tiny-large"}
+    cols = [c for c in a.columns if c.startswith("latency_ms__")]
+    assert a[cols].equals(b[cols]) and "latency_ms__escalate_small_mid_2" in cols
+    cheap, meta = run("ladder-c.parquet", "--cost-model", "mid=tiny-small")
+    assert meta["cost_models"]["mid"] == "tiny-small"
+    assert (cheap["latency_ms__mid_direct"] < a["latency_ms__mid_direct"]).all()  # priced 4x cheaper per component
+
+
+def test_estimate_only_prices_one_sample_with_the_profile(cost_setup, capsys):
+    from routedvlm.training.cli import main
+
+    root, small, large, data, profile = cost_setup
+    out = root / "estimate.parquet"
+    argv = ["label", "--models", f"{small},{small},{large}", "--dataset", str(data), "--out", str(out), "--k-grid", "2",
+            "--max-new-tokens", "3", "--max-reason-tokens", "6", "--min-new-tokens", "2", "--min-reason-tokens", "6",
+            "--device", "cpu", "--cost", str(profile), "--no-progress", "--estimate-only"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "2 selected sample(s) at 1 in flight" in text and f"priced by {profile}: " in text and not out.exists()

@@ -11,7 +11,8 @@ import threading
 import time
 
 import pytest
-from label_world import kill, label, label_args, make_world, same_labels, start_label_process, wait_for_parts
+from label_world import (kill, label, label_args, ladder_args, make_world, same_labels, start_label_process,
+                         wait_for_parts)
 
 from routedvlm.errors import ConfigError, StorageError
 
@@ -71,6 +72,17 @@ def test_two_workers_label_like_a_serial_run_and_a_dead_workers_samples_are_redo
     assert sorted(df["sample_id"]) == world.ids  # none lost, none duplicated
     same_labels(df, serial)
     assert meta["runner"] == "ray" and meta["ray"]["num_workers"] == 2 and meta["latency_source"] == "wall-clock"
+
+
+@pytest.mark.slow
+def test_a_ladder_labels_on_ray_like_a_serial_run(world, cluster, tmp_path):
+    """Each worker loads the whole ladder (small, small as mid, large); the labels equal a plain run's."""
+    plain, on_ray = tmp_path / "plain.parquet", tmp_path / "ray.parquet"
+    assert label(*ladder_args(world, plain, "--limit", "4")) == 0
+    assert label(*ladder_args(world, on_ray, "--limit", "4", "--ray", "--num-workers", "2")) == 0
+    df, meta = _read(on_ray)
+    same_labels(df, _read(plain)[0])
+    assert meta["ladder"] == ["small", "mid", "large"] and meta["schema_version"] == 2 and meta["runner"] == "ray"
 
 
 @pytest.mark.slow

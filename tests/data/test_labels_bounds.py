@@ -41,7 +41,7 @@ def test_unreadable_metadata_is_refused_by_validate_and_by_train_router(tmp_path
 def test_a_newer_schema_version_is_refused_with_a_message(tmp_path):
     df = make_labels()
     path = _with_metadata(df, b'{"schema_version": 999}', tmp_path / "l.parquet")
-    newer = r"^This labels set has schema_version 999, newer than the version 1 this routedvlm reads\. Upgrade"
+    newer = r"^This labels set has schema_version 999, newer than the version 2 this routedvlm reads\. Upgrade"
     with pytest.raises(LabelsError, match=newer):
         labels_main(["validate", str(path)])
     with pytest.raises(LabelsError, match=newer):

@@ -107,11 +107,14 @@ def test_measured_transfers_reuse_only_the_direct_prefix_in_their_own_cache_name
     req.__dict__["_measure"] = "routedvlm-sample"
     lp.answer(lp.direct_text, "large_direct")
     _, ans, (prefix, call) = lp.transfer(lp.transfer_text("red=13."))
+    lp.transfer(lp.transfer_text("red=13. blue=2."))
     salts = [b.get("cache_salt") for b in client.bodies]
-    # direct in the sample's namespace; then the K namespace seeded with the direct prompt (1 token), the two-stage
-    # call there, and the same prompt cold in a fresh namespace
-    assert salts[0] == "routedvlm-sample" and salts[1] == salts[2] == "routedvlm-sample-k1"
-    assert salts[3].startswith("routedvlm-sample-") and salts[3] not in salts[:3]
-    assert client.bodies[1]["max_tokens"] == 1 and all(b["skip_special_tokens"] is False for b in client.bodies)
+    # direct in the sample's namespace, the first two-stage call there too (it holds only the direct prompt), the
+    # same prompt cold in a fresh namespace; the next K's namespace seeded with the direct prompt (1 token), its
+    # two-stage call there, and its cold repeat
+    assert salts[0] == salts[1] == "routedvlm-sample"
+    assert salts[2].startswith("routedvlm-sample-") and salts[2] not in salts[:2]
+    assert salts[3] == salts[4] == "routedvlm-sample-k2" and salts[5] not in salts[:5]
+    assert client.bodies[3]["max_tokens"] == 1 and all(b["skip_special_tokens"] is False for b in client.bodies)
     assert ans == "26" and (prefix["stage"], prefix["prefill_tokens"], prefix["n_images"]) == ("large_prefix", 32, 1)
     assert call["stage"] == "large_transfer" and call["cached_tokens"] == 32 and "cold_ms" in prefix

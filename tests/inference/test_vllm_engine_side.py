@@ -134,3 +134,24 @@ def test_labelling_on_engine_sides_keeps_many_samples_in_flight_and_says_latenci
     assert latency_source(one, both_batching(one)) == WALL_CLOCK
     mixed = LabelConfig(small="vllm:s", large="some/folder", dataset="d", out=str(tmp_path / "o.parquet"))
     assert mixed.concurrency == 1  # a local side serves one sample at a time
+
+
+def test_many_threads_calling_first_start_one_engine(pair, monkeypatch):
+    import time
+
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+
+    side, started = VLLMEngine(pair[1]), []
+
+    def start():
+        started.append(1)
+        time.sleep(0.2)  # a slow start: the other threads arrive meanwhile (the count, not the time, is asserted)
+        return object()
+
+    monkeypatch.setattr(side, "_start", start)
+    threads = [threading.Thread(target=lambda: side.driver) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(started) == 1

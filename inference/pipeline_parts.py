@@ -1,5 +1,6 @@
 """The pipeline's settings (`PipelineConfig`), its output (`Result`, with the `Handoff` its later stages continue
-from), its sides (`ladder_sides`: an ordered list of N >= 2 models named by position) and the concurrency helpers."""
+from), its sides (`ladder_sides`: an ordered list of N >= 2 models named by position; `pipeline_sides`: alias -> side
+of any pipeline) and the concurrency helpers."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,12 @@ def parallel(jobs: dict, concurrent: bool) -> dict:
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in jobs.items()}
         return {name: fut.result() for name, fut in futures.items()}
+
+
+def pipeline_sides(pipeline) -> dict:
+    """alias -> side of a pipeline, cheapest first (`pipeline.sides`; a pipeline without it is the pair)."""
+    sides = getattr(pipeline, "sides", None)
+    return dict(sides) if sides else {"small": pipeline.small, "large": pipeline.large}
 
 
 def ladder_sides(small=None, large=None, sides=None) -> dict:

@@ -2,11 +2,14 @@
 
 cascade: `large_direct` first (and `small_direct` beside it when a feature needs it), then the decision,
 then accept one of those answers, escalate with the large model's prefix cache reused (`pipeline.escalate`),
-or run another strategy. one-shot: prompt features, decision, the chosen strategy alone.
+or run another strategy. On a ladder of N models the cascade climbs it: it pays the `<m>_direct` stages its policy
+needs, cheapest first, then accepts one of the paid answers or runs another strategy. one-shot: prompt features,
+decision, the chosen strategy alone. Every stage record names the model (alias) that ran it; `RoutedOutput.models`
+lists them and `answer_model` is the one whose answer is returned.
 A router that raises at decision time never fails the request: the fallback router decides instead, and the
 router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once).
-`run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route as soon as it is decided,
-and streams the final answer into an `AnswerSink` as it decodes.
+`run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route (and the models it runs) as
+soon as it is decided, and streams the final answer into an `AnswerSink` as it decodes.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from routedvlm.router.decision_rules import uses_model
-from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy
+from routedvlm.router.ladder import next_action, stages_to_pay
+from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
 from .features import compute_features
@@ -52,6 +56,16 @@ class RoutedOutput:
     audited: bool = False  # whether a shadow audit of this request was queued
 
     @property
+    def models(self) -> list[str]:
+        """The models (ladder aliases) that ran a stage of this request, cheapest first."""
+        return ladder_order(r["model"] for r in self.trace if r.get("stage") != "decision" and r.get("model"))
+
+    @property
+    def answer_model(self) -> str:
+        """The model (ladder alias) whose answer this is."""
+        return parse_strategy(self.strategy).model
+
+    @property
     def decision(self) -> dict:
         return next(r for r in self.trace if r["stage"] == "decision")
 
@@ -68,7 +82,8 @@ class RoutedOutput:
     def to_dict(self) -> dict:
         return {"text": self.text, "strategy": self.strategy, "keep_tokens": self.keep_tokens,
                 "p_correct": dict(self.p_correct), "fallback": self.fallback, "finish_reason": self.finish_reason,
-                "usage": dict(self.usage), "trace": [dict(r) for r in self.trace]}
+                "usage": dict(self.usage), "models": self.models, "answer_model": self.answer_model,
+                "trace": [dict(r) for r in self.trace]}
 
 
 class PolicyRunner:
@@ -83,10 +98,9 @@ class PolicyRunner:
     # ---- stages ----
     @staticmethod
     def stages_for(router) -> list[str]:
-        """The answering stages to run before deciding, in order."""
-        need = router.required_stages
-        stages = [LARGE_DIRECT] if router.policy.mode == "cascade" or LARGE_DIRECT in need else []
-        return stages + ([SMALL_DIRECT] if SMALL_DIRECT in need else [])
+        """The answering stages to run before deciding, in order (`router.ladder.stages_to_pay`): for a pair's policy
+        `large_direct` then `small_direct`; on a ladder the `<m>_direct` stages the policy pays, cheapest model first."""
+        return stages_to_pay(router)
 
     def _run_stages(self, req, names, ran: dict) -> dict:
         pipe = self.pipeline
@@ -96,18 +110,23 @@ class PolicyRunner:
 
     # ---- decision ----
     def _decide(self, router, req, ran):
+        """The policy's decision once its stages are paid (`router.ladder.next_action`, which answers when nothing is
+        left to pay): (decision, features, features ms, decision ms)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
-        decision = router.decide({**feats, **extra})
+        step = next_action(router, {**feats, **extra}, paid=list(ran))
+        if step.kind != "answer":  # the stages ran above: only a router whose stages changed meanwhile gets here
+            raise RuntimeError(f"the policy asks for stage {step.stage!r} after its stages ran")
         t2 = time.perf_counter()
-        return decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
+        return step.decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
     def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None) -> RoutedOutput:
-        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback): called once
-        the route is decided, before the final answer runs; sink: an `AnswerSink` the final answer streams into."""
+        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models): called
+        once the route is decided, before the final answer runs (`models`: the aliases the request runs, cheapest
+        first); sink: an `AnswerSink` the final answer streams into."""
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
@@ -123,7 +142,7 @@ class PolicyRunner:
             self._run_stages(req, self.stages_for(router), ran)
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
         if on_decision is not None:
-            on_decision(decision, used_fallback)
+            on_decision(decision, used_fallback, _route_models(ran, decision.strategy))
         with streaming.active(sink) if sink is not None else contextlib.nullcontext():
             result = self._execute(req, decision.strategy, ran)
         text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens)
@@ -137,9 +156,23 @@ class PolicyRunner:
         if strategy in ran:
             return ran[strategy]
         strat = parse_strategy(strategy)
-        if strat.is_transfer and LARGE_DIRECT in ran:
-            return self.pipeline.escalate(ran[LARGE_DIRECT], strat.keep_tokens)
+        paid = ran.get(f"{strat.model}_direct")
+        if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
+            pair = (strat.source, strat.model) == ("small", "large")
+            return self.pipeline.escalate(paid, strat.keep_tokens, **({} if pair else {"source": strat.source}))
         return self.pipeline.run_strategy(req, strat)
+
+
+def ladder_order(aliases) -> list[str]:
+    """Distinct model aliases, cheapest first (a name that is not an alias last, in the order given)."""
+    names = list(dict.fromkeys(aliases))
+    return sorted(names, key=lambda a: (0, alias_rank(a)) if is_alias(a) else (1, names.index(a)))
+
+
+def _route_models(ran: dict, strategy: str) -> list[str]:
+    """The models a route runs: those of the stages paid before deciding and those of the chosen strategy."""
+    paid = (r.get("model") for res in ran.values() for r in res.trace)
+    return ladder_order([*(m for m in paid if m), *parse_strategy(strategy).models])
 
 
 def _decision_record(router, decision, feats, features_ms, decision_ms, fallback, error) -> dict:

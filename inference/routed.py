@@ -1,4 +1,5 @@
-"""`RoutedVLM`: the drop-in runtime — a small and a large VLM run under a routing policy (router).
+"""`RoutedVLM`: the drop-in runtime — a small and a large VLM (or a ladder of N models, cheapest first) run under a
+routing policy (router).
 
 The router comes from a folder, an MLflow `models:/name@alias` URI, `"mutual-verification"`, a strategy
 id, or a loaded `Router`. A router that fails to load or raises never fails a request: the fallback
@@ -20,24 +21,43 @@ from routedvlm.router.strategies import DEFAULT_K_GRID
 from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 
 from .inputs import make_request
-from .pipeline_parts import PipelineConfig
+from .pipeline_parts import PipelineConfig, pipeline_sides
 from .policy_runner import PolicyRunner, RoutedOutput
 from .streaming import RoutedStream
 
 logger = logging.getLogger(__name__)
 DEFAULT_ROUTER = f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}"
 DEFAULT_FALLBACK = "mutual-verification"
-__all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM"]
+__all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "pipeline_sides"]
 
 
 def attach_router(router, pipeline):
-    """Let `router` check the pipeline it will run on (`router.attach`) and switch on what it reads at run time:
-    the large model's hidden-state capture for a router with `hidden_layers` (the self-probe)."""
+    """Check that `router`'s strategies and stages run only models of the pipeline's ladder, let it check the
+    pipeline it will run on (`router.attach`) and switch on what it reads at run time: the large model's hidden-state
+    capture for a router with `hidden_layers` (the self-probe)."""
+    check_ladder_fits(router, pipeline)
     router.attach(pipeline)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)
     return router
+
+
+def check_ladder_fits(router, pipeline) -> None:
+    """ConfigError unless every model `router` may run (its strategies, the stages it pays) is on `pipeline`'s ladder.
+    A pair's router runs on any ladder (its `small` and `large` are the ends)."""
+    from routedvlm.router.strategies import parse_strategy
+
+    have = list(pipeline_sides(pipeline))
+    policy = router.policy
+    used = {m for s in [*policy.strategies, *router.required_stages] for m in parse_strategy(s).models}
+    missing = sorted(used - set(have))
+    if missing:
+        ladder = list(getattr(policy, "ladder", None) or ())
+        of = f" of the ladder {ladder}" if ladder else ""
+        raise ConfigError(f"The router runs model(s) {missing}{of}, but this RoutedVLM's models are {have}. Load it "
+                          f"with {len(ladder) if ladder else 'more'} models, cheapest first, or use a router of this "
+                          "ladder.")
 
 
 def _load_fallback(fallback):
@@ -56,13 +76,14 @@ def _load_fallback(fallback):
 
 
 class RoutedVLM:
-    """A CollaborativePipeline run under a router.
+    """A CollaborativePipeline (a pair, or a ladder of N models) run under a router.
 
     `generate(image=..., question=...)` / `generate(messages=[...])` / `vlm(...)` return a `RoutedOutput`
     (`image=None`, or messages without an image part, is a text-only chat); `stream(...)` yields the answer's
-    text as it decodes (a `RoutedStream`); lists of inputs return a list (processed one after another: both models are shared, so requests are
-    serialised by a lock; a server may call one RoutedVLM from many threads; when both sides are remote
-    (`VLM.from_openai`) there is no lock and requests run concurrently).
+    text as it decodes (a `RoutedStream`); lists of inputs return a list (processed one after another: the models are
+    shared, so requests are serialised by a lock; a server may call one RoutedVLM from many threads; when every side
+    is remote (`VLM.from_openai`) there is no lock and requests run concurrently). `out.models` names the models
+    (ladder aliases) that ran, `out.answer_model` the one that answered.
     `prompt_template`: None (default) applies the router's (the one its labels were made with; none for rules
     and fixed strategies), or 'none', 'lmms-eval', a format string with {question}, or a PromptTemplate.
     `audit_rate` p > 0: a uniformly random fraction p of requests also runs the certificate's reference strategy in
@@ -80,6 +101,10 @@ class RoutedVLM:
 
         self.pipeline = pipeline
         self.fallback = _load_fallback(fallback)
+        try:
+            check_ladder_fits(self.fallback, pipeline)
+        except ConfigError as exc:
+            raise ConfigError(f"The `fallback` parameter of RoutedVLM must run on this RoutedVLM's models: {exc}") from None
         self.router, self.router_error = None, None
         template = None
         try:
@@ -94,36 +119,39 @@ class RoutedVLM:
         self.router_source = str(router)
         self.prompt_template = template or PromptTemplate.parse(prompt_template)
         self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
-        stateful = any(side.stateful for side in (pipeline.small, pipeline.large))
+        stateful = any(side.stateful for side in pipeline_sides(pipeline).values())
         self.lock = threading.RLock() if stateful else contextlib.nullcontext()  # e.g. HTTP sides keep no model state
         self.auditor = _auditor(self, audit_rate, audit)
 
     @classmethod
-    def from_pretrained(cls, small, large, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
+    def from_pretrained(cls, small, large=None, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
                         config: PipelineConfig | None = None, prompt_template=None, audit_rate: float = 0.0, audit=None,
                         **kwargs) -> "RoutedVLM":
-        """Load both sides and the router.
+        """Load the models and the router: `from_pretrained(small, large, router)` for a pair, or
+        `from_pretrained([m0, m1, m2, ...], router)` for a ladder of N >= 2 models, cheapest first (named by position
+        `small`, `mid`, `large` for three; `small`, `mid1` ... `large` beyond; a list of two is the pair).
 
-        small/large: checkpoint paths or hub ids (loaded with `VLM.from_pretrained`), `VLM` objects, or
+        Each model: a checkpoint path or hub id (loaded with `VLM.from_pretrained`), a `ModelSide` (`VLM`, ...), or
         '<base_url>#<model id>' for a model behind an OpenAI-compatible server (`VLM.from_openai`; API key from
-        $ROUTEDVLM_BACKEND_API_KEY).
+        $ROUTEDVLM_BACKEND_API_KEY); a ladder may mix them.
         router: a router folder, `models:/name@alias` (default `models:/vlm-router@champion` in the
         default tracking store, see `routedvlm.router.tracking`), `models:/name/version`, `runs:/...`,
         `"mutual-verification"`, a strategy id (fixed policy), or a loaded Router.
         prompt_template: see the class docstring (default: the router's).
         kwargs: PipelineConfig fields (`max_direct_tokens`, `max_reason_tokens`, `min_new_tokens`,
-        `min_reason_tokens`); the rest go to `VLM.from_pretrained` (`device`, default "auto": CUDA when present; `dtype`, ...).
+        `min_reason_tokens`); the rest go to `VLM.from_pretrained` of every local model (`device`, default "auto":
+        CUDA when present; `dtype`, ...).
         """
-        from .pipeline import CollaborativePipeline
-        from .sides import load_side
+        from .sides import load_sides
 
+        specs, router = _model_list(small, large, router)
         names = {f.name for f in fields(PipelineConfig)}
         cfg_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
         if config is not None and cfg_kw:
             raise ConfigError(f"Pass either `config` or PipelineConfig fields {sorted(cfg_kw)}, not both.")
-        sides = [load_side(s, **kwargs) for s in (small, large)]
-        pipe = CollaborativePipeline(*sides, selector=selector, k_grid=k_grid, config=config or PipelineConfig(**cfg_kw))
+        pipe = _pipeline(load_sides(specs, **kwargs), selector=selector, k_grid=k_grid,
+                         config=config or PipelineConfig(**cfg_kw))
         return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template,
                    audit_rate=audit_rate, audit=audit)
 
@@ -190,15 +218,43 @@ class RoutedVLM:
         return None if self.auditor is None else self.auditor.monitor.snapshot()
 
     def health(self) -> dict:
-        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts."""
+        """The router's state: loaded, healthy (False after consecutive failed decisions), error, counts; `models`:
+        alias -> name of every model of the ladder, cheapest first."""
         router = self.active_router
         state = {"router_type": router.policy.router_type, "mode": router.policy.mode,
-                 "router_fallback": self.router is None, **self.runner.health.snapshot()}
+                 "router_fallback": self.router is None, **self.runner.health.snapshot(),
+                 "models": {alias: side.name for alias, side in pipeline_sides(self.pipeline).items()}}
         return state if self.auditor is None else {**state, "audit": self.audit_status()}
 
     def __repr__(self) -> str:
-        return (f"RoutedVLM(small={self.pipeline.small.name!r}, large={self.pipeline.large.name!r}, "
-                f"router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})")
+        models = ", ".join(f"{alias}={side.name!r}" for alias, side in pipeline_sides(self.pipeline).items())
+        return f"RoutedVLM({models}, router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})"
+
+
+def _model_list(small, large, router):
+    """(the list of model specs, the router) of `from_pretrained`'s arguments: `(small, large, router)` or
+    `([m0, m1, ...], router)` (the router may come second)."""
+    if isinstance(small, (list, tuple)):
+        if large is not None:
+            if router is not DEFAULT_ROUTER:
+                raise ConfigError("RoutedVLM.from_pretrained takes a list of models and then the router: "
+                                  "`from_pretrained([m0, m1, m2], router)`. Got a list, a second model or router "
+                                  f"{large!r}, and router {router!r}; put every model in the list.")
+            router = large
+        return list(small), router
+    if large is None:
+        raise ConfigError("RoutedVLM.from_pretrained needs the models: `from_pretrained(small, large, router)` or a "
+                          "list cheapest first, `from_pretrained([m0, m1, m2], router)`. Got one model and no `large`.")
+    return [small, large], router
+
+
+def _pipeline(sides, **kwargs):
+    """A CollaborativePipeline of 2 sides (the pair) or more (a ladder)."""
+    from .pipeline import CollaborativePipeline
+
+    if len(sides) == 2:
+        return CollaborativePipeline(*sides, **kwargs)
+    return CollaborativePipeline(sides=sides, **kwargs)
 
 
 def _auditor(routed, rate, audit):

@@ -127,7 +127,7 @@ def current_streamer():
 class RoutedStream:
     """One streamed RoutedVLM request. Iterate it for the answer's text deltas (the request runs in a background
     thread); afterwards `route` holds the decision and `output` the RoutedOutput. `run(put)` instead runs it in
-    the calling thread and hands every event to `put`: ("route", {strategy, keep_tokens, fallback}), ("delta",
+    the calling thread and hands every event to `put`: ("route", {strategy, keep_tokens, fallback, models}), ("delta",
     text) and finally ("done", RoutedOutput) or ("error", exception). `cancel()` stops it at the next token."""
 
     def __init__(self, routed, request, max_tokens: int | None = None):
@@ -141,8 +141,9 @@ class RoutedStream:
     def run(self, put) -> None:
         self._sink = AnswerSink(lambda delta: put(("delta", delta)), max_tokens=self.max_tokens)
 
-        def decided(decision, fallback):
-            self.route = {"strategy": decision.strategy, "keep_tokens": decision.keep_tokens, "fallback": fallback}
+        def decided(decision, fallback, models):
+            self.route = {"strategy": decision.strategy, "keep_tokens": decision.keep_tokens, "fallback": fallback,
+                          "models": list(models)}
             put(("route", dict(self.route)))
 
         try:

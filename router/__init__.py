@@ -9,6 +9,7 @@ from routedvlm.errors import RoutedVLMError, RouterError
 from .base import Router
 from .decision_rules import Decision, choose
 from .lightgbm import LightGBMRouter
+from .ladder import Step, next_action, stages_to_pay
 from .load import load_router
 from .policy import Policy
 from .baselines import FixedRouter, MutualVerificationRouter, make_rule_router
@@ -27,6 +28,6 @@ def log_router_model(router_dir, name: str = "router", **kwargs):
 __all__ = [
     "CHAMPION_ALIAS", "DEFAULT_K_GRID", "DEFAULT_MODEL_NAME", "Decision", "FixedRouter", "LightGBMRouter",
     "MutualVerificationRouter", "Policy", "ROUTER_TYPES", "RoutedVLMError", "Router", "RouterError", "RouterType", "Strategy",
-    "choose", "default_strategies", "load_router", "log_router_model", "make_rule_router", "parse_strategy",
+    "Step", "choose", "default_strategies", "next_action", "stages_to_pay", "load_router", "log_router_model", "make_rule_router", "parse_strategy",
     "resolve_tracking_uri", "router_type", "setup_mlflow", "strategy_order", "transfer_id",
 ]

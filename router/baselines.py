@@ -14,21 +14,35 @@ from routedvlm.errors import RouterError, one_of
 from .base import Router
 from .decision_rules import AGREE_FEATURE, agreement, agrees
 from .policy import Policy
-from .strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy, transfer_id
+from .strategies import LARGE, LARGE_DIRECT, SMALL, SMALL_DIRECT, ladder_aliases, parse_strategy, transfer_id
 
 MV_CHECKS = (SMALL_DIRECT,)
 DEFAULT_MV_KEEP_TOKENS = 64
 
 
+def smallest_ladder(aliases) -> list[str]:
+    """The shortest ladder that has every alias in `aliases`: the pair for small/large, three models for `mid`,
+    `mid<i>`'s ladder of at least i + 2 models (and 4: `mid1` needs four)."""
+    mids = [a for a in aliases if a not in (SMALL, LARGE)]
+    if not mids:
+        return list(ladder_aliases(2))
+    if "mid" in mids:
+        return list(ladder_aliases(3))
+    return list(ladder_aliases(max(4, *(int(a[3:]) + 2 for a in mids))))
+
+
 class FixedRouter(Router):
-    """Always the same strategy (a baseline, or `RoutedVLM(router="large_reason")`)."""
+    """Always the same strategy (a baseline, or `RoutedVLM(router="large_reason")`, `"mid_direct"` on a ladder: its
+    policy's ladder is the smallest that has the strategy's models)."""
 
     def __init__(self, strategy: str | None = None, *, policy: Policy | None = None):
         if policy is None:
             if strategy is None:
                 raise RouterError("FixedRouter needs a `strategy` such as 'large_direct'. Got None.")
-            s = parse_strategy(strategy).id
-            policy = Policy(router_type="fixed", strategies=[s], mode="one-shot", fallback=s, params={"strategy": s})
+            strat = parse_strategy(strategy)
+            s = strat.id
+            policy = Policy(router_type="fixed", strategies=[s], mode="one-shot", fallback=s, params={"strategy": s},
+                            ladder=smallest_ladder(strat.models))
         self.strategy = policy.params.get("strategy", policy.fallback)
         if policy.strategies != [self.strategy]:
             raise RouterError(f"A fixed policy has exactly one strategy. Got {policy.strategies}.")

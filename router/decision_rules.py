@@ -6,7 +6,9 @@ feature) into one strategy per request. A rule is a small JSON object stored in 
   optimum under a mean-accuracy constraint, cascade routing / Dekoninck et al. 2025); ties go to the cheaper;
 - `{"name": "binary", "param": t, "accept": "large_direct", "escalate": s}`: accept when P(accept) >= t, else s;
 - `{"name": "mutual-verification", "keep_tokens": K, "accept": "large_direct", "escalate": "transfer_K"}`: accept when
-  the two direct answers agree (`feat__large_direct+small_direct__agree` >= 0.5), else escalate; no model;
+  the two direct answers agree (`feat__large_direct+small_direct__agree` >= 0.5), else escalate; no model. On a ladder
+  the two models are the escalation's: `accept` `<b>_direct`, `escalate` `transfer_<a>_<b>_<K>`, feature
+  `feat__<b>_direct+<a>_direct__agree` (`mv_models`);
 - `{"name": "fixed", "strategy": s}`: always s; no model.
 `apply_rule` is the batch form and `apply_rule_one` the one-row form; they agree on every row (tested). Rules scan the
 candidates in `cost_order` (expected cost, ties by the canonical `strategy_order`); a router's answer is a `Decision`.
@@ -72,9 +74,22 @@ def binary_rule(theta: float, escalate: str = LARGE_REASON, accept: str = LARGE_
     return {"name": "binary", "param": float(theta), "accept": accept, "escalate": escalate}
 
 
-def mutual_verification_rule(keep_tokens: int | None) -> dict:
-    return {"name": "mutual-verification", "param": None, "keep_tokens": keep_tokens, "accept": LARGE_DIRECT,
-            "escalate": transfer_id(keep_tokens)}
+def mutual_verification_rule(keep_tokens: int | None, source: str = "small", target: str = "large") -> dict:
+    """Accept `<target>_direct` when it agrees with `<source>_direct`, else transfer `source` -> `target` at K."""
+    return {"name": "mutual-verification", "param": None, "keep_tokens": keep_tokens, "accept": f"{target}_direct",
+            "escalate": transfer_id(keep_tokens, source, target)}
+
+
+def mv_models(rule: dict) -> tuple[str, str]:
+    """(source, target): the two models whose direct answers a mutual-verification rule compares (its escalation's
+    transfer pair; ('small', 'large') for the pair's rule)."""
+    st = parse_strategy(rule["escalate"])
+    return st.source, st.model
+
+
+def agree_feature(source: str = "small", target: str = "large") -> str:
+    """The agreement feature of two models' direct answers, the more expensive first (the pair's AGREE_FEATURE)."""
+    return f"feat__{target}_direct+{source}_direct__agree"
 
 
 def fixed_rule(strategy: str) -> dict:
@@ -98,12 +113,15 @@ def uses_model(rule: dict) -> bool:
 
 def rule_features(rule: dict) -> list[str]:
     """Features the rule itself reads (beside the model's)."""
-    return [AGREE_FEATURE] if rule["name"] == "mutual-verification" else []
+    return [agree_feature(*mv_models(rule))] if rule["name"] == "mutual-verification" else []
 
 
 def rule_stages(rule: dict) -> list[str]:
     """Stages that must have run before the rule can decide (mutual verification: both direct answers)."""
-    return [LARGE_DIRECT, SMALL_DIRECT] if rule["name"] == "mutual-verification" else []
+    if rule["name"] != "mutual-verification":
+        return []
+    source, target = mv_models(rule)
+    return [f"{target}_direct", f"{source}_direct"]
 
 
 def describe(rule: dict) -> str:
@@ -116,7 +134,9 @@ def describe(rule: dict) -> str:
     if name == "binary":
         return f"binary {rule['accept']}/{rule['escalate']} (p>={param:.3f})"
     if name == "mutual-verification":
-        return f"mutual verification K={rule['keep_tokens'] if rule['keep_tokens'] is not None else 'all'}"
+        k = rule['keep_tokens'] if rule['keep_tokens'] is not None else 'all'
+        pair = mv_models(rule) if is_strategy(rule.get("escalate")) else ("small", "large")
+        return f"mutual verification K={k}" + ("" if pair == ("small", "large") else f" {pair[0]}/{pair[1]}")
     return f"always {rule['strategy']}"
 
 
@@ -147,9 +167,15 @@ def rule_problems(rule, strategies) -> list[str]:
     k = rule.get("keep_tokens")
     if name == "mutual-verification" and (k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0)):
         out.append(f"`rule['keep_tokens']` must be a positive integer or None (all). Got {k!r}.")
-    elif name == "mutual-verification" and is_strategy(rule.get("escalate")) and rule.get("escalate") != transfer_id(k):
-        out.append(f"`rule['escalate']` of a mutual-verification rule keeping {k} tokens must be {transfer_id(k)!r}. "
-                   f"Got {rule.get('escalate')!r}.")
+    elif name == "mutual-verification" and is_strategy(rule.get("escalate")):
+        st = parse_strategy(rule["escalate"])
+        expected = transfer_id(k, st.source, st.model) if st.is_transfer else transfer_id(k)
+        if rule["escalate"] != expected:
+            out.append(f"`rule['escalate']` of a mutual-verification rule keeping {k} tokens must be {expected!r}. "
+                       f"Got {rule.get('escalate')!r}.")
+        elif rule.get("accept") != f"{st.model}_direct":
+            out.append(f"`rule['accept']` of a mutual-verification rule escalating to {st.id!r} must be "
+                       f"{st.model + '_direct'!r} (the answer the transfer replaces). Got {rule.get('accept')!r}.")
     if name == "binary" and rule.get("accept") not in strategies:
         out.append(f"`rule['accept']` of a binary rule must be a candidate strategy ({one_of(strategies)}), "
                    f"whose P(correct) it reads. Got {rule.get('accept')!r}.")
@@ -168,7 +194,7 @@ def apply_rule(rule: dict, p, features, order: list[str], costs: dict, fallback:
     n = len(p) if p is not None else len(features)
     matrix = p[order].to_numpy(dtype=float) if name in ("tau", "lagrangian") and n and order else None
     accept = p[rule["accept"]].to_numpy(dtype=float) if name == "binary" else None
-    agree = features[AGREE_FEATURE].to_numpy(dtype=float) if name == "mutual-verification" else None
+    agree = features[rule_features(rule)[0]].to_numpy(dtype=float) if name == "mutual-verification" else None
     return apply_rule_arrays(rule, n, matrix, accept, agree, order, costs, fallback)
 
 
@@ -200,7 +226,7 @@ def apply_rule_one(rule: dict, p: dict, features: dict, order: list[str], costs:
     if name == "fixed":
         return rule["strategy"], "fixed"
     if name == "mutual-verification":
-        return (rule["accept"], "agree") if agrees(features.get(AGREE_FEATURE)) else (rule["escalate"], "disagree")
+        return (rule["accept"], "agree") if agrees(features.get(rule_features(rule)[0])) else (rule["escalate"], "disagree")
     if name == "binary":
         return (rule["accept"], "p>=theta") if p[rule["accept"]] >= rule["param"] else (rule["escalate"], "escalate")
     if name == "tau":

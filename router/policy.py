@@ -6,6 +6,10 @@ A file written by a newer routedvlm (higher `format_version`) is refused with a 
 Format version 2 adds `model_sha256` (required for every model file the router names, see integrity.py), the
 decision `rule` (decision_rules.py) and its `certificate`; version-1 files keep loading (as the tau-rule at `tau`).
 `prompt_template` (optional) is the labels' prompt template; RoutedVLM applies it.
+Format version 3 adds `ladder`: the model aliases the router's strategies run on (`router/strategies.py`
+`ladder_aliases`, cheapest first); version 1 and 2 files read as the pair ('small', 'large'). On a pair `paid_stages`
+keeps its two shapes ([large_direct] or [large_direct, small_direct]); on a ladder of more than two models a cascade
+pays any distinct `<m>_direct` stages of the ladder, cheapest first (it climbs the ladder; router/ladder.py).
 """
 from __future__ import annotations
 
@@ -19,9 +23,11 @@ from pathlib import Path
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
+from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+PAIR = list(_PAIR)
 POLICY_FILE = "policy.json"
 MAX_POLICY_BYTES = 64 << 20  # a policy.json beyond this is not one train-router wrote
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -44,6 +50,9 @@ class Policy:
     router_type: str = field(metadata=_meta("router kind: 'lightgbm', 'lora-probe', 'mutual-verification', 'fixed', ..."))
     strategies: list[str] = field(metadata=_meta("candidate strategy ids, the columns of P(correct)"))
     format_version: int = field(default=FORMAT_VERSION, metadata=_meta("policy.json format version"))
+    ladder: list[str] | None = field(default=None, metadata=_meta(
+        "the model aliases of the ladder the strategies run on, cheapest first (format 3); None: the pair "
+        "['small', 'large'] (files of format 1 and 2)"))
     mode: str = field(default="cascade", metadata=_meta("'cascade' (large_direct runs first) or 'one-shot'"))
     expected_cost_ms: dict[str, float] = field(
         default_factory=dict, metadata=_meta("mean incremental cost (ms) per strategy on the training split")
@@ -74,6 +83,10 @@ class Policy:
         self.strategies = list(self.strategies)
         self.paid_stages = list(self.paid_stages)
         self.features = list(self.features)
+        if self.ladder is None:
+            self.ladder = list(PAIR)
+        elif isinstance(self.ladder, (list, tuple)):
+            self.ladder = list(self.ladder)
         self.expected_cost_ms = {str(k): v for k, v in dict(self.expected_cost_ms).items()}
         if isinstance(self.rule, dict) and (not self.rule or self.rule.get("name") == "tau"):
             if self.rule and isinstance(self.rule.get("param"), (int, float)):
@@ -92,7 +105,11 @@ class Policy:
             out.append(f"`format_version` must be a positive integer. Got {self.format_version!r}.")
         if not isinstance(self.router_type, str) or not self.router_type:
             out.append(f"`router_type` must be a non-empty string. Got {self.router_type!r}.")
+        bad_ladder = ladder_problems(self.ladder, self.format_version)
+        out += bad_ladder
         out += self._strategy_problems()
+        if not bad_ladder:
+            out += off_ladder_problems(self.ladder, self.strategies, self.fallback, _is_strategy)
         out += self._mode_problems()
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
             out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
@@ -130,18 +147,23 @@ class Policy:
             out.append(f"`expected_cost_ms` values must be finite numbers >= 0. Got {bad_costs}.")
         return out
 
+    @property
+    def is_pair(self) -> bool:
+        """Whether the policy runs on a pair of models (the two-model version's semantics)."""
+        return list(self.ladder or PAIR) == PAIR
+
     def _mode_problems(self) -> list[str]:
         out = []
         if self.mode not in MODES:
             out.append(f"`mode` must be {one_of(MODES)}. Got {self.mode!r}.")
-        if tuple(self.paid_stages) not in PAID_STAGES:
-            out.append(
-                f"`paid_stages` must be one of {[list(p) for p in PAID_STAGES]}. Got {self.paid_stages!r}."
-            )
+        paid_problems = paid_stage_problems(self.ladder, self.paid_stages, PAID_STAGES)
+        if paid_problems:
+            out += paid_problems
         elif self.mode == "one-shot" and self.paid_stages:
             out.append(f"`paid_stages` must be [] in mode 'one-shot'. Got {self.paid_stages!r}.")
         elif self.mode == "cascade" and not self.paid_stages:
-            out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got [].")
+            out.append("`paid_stages` must start with 'large_direct' in mode 'cascade'. Got []." if self.is_pair else
+                       "`paid_stages` of a cascade must list at least one direct stage of the ladder. Got [].")
         allowed = {"prompt", *self.paid_stages}
         model_features = self.features if not isinstance(self.rule, dict) or self.rule.get("name") not in (
             "fixed", "mutual-verification") else []  # a rule that reads no model needs none of its features

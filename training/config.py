@@ -49,8 +49,9 @@ class TrainConfig:
                                      "distribution with probability >= 1 - delta over the calibration rows")
     strategies: list[str] | None = _f(None, "comma-separated candidate strategy ids (default: every strategy in the labels)")
     features: list[str] | None = _f(None, "comma-separated feature columns, stage names (prompt, large_direct, "
-                                          "small_direct) or prefixes ending in '*' (default: what the mode allows, "
-                                          "without small_direct features)")
+                                          "small_direct; on a ladder also mid_direct, ...) or prefixes ending in '*' "
+                                          "(default: what the mode allows, without small_direct features; a ladder's "
+                                          "cascade climbs: every direct answer below the most expensive model's)")
     with_small_direct: bool = _f(False, "cascade: also use the features that need small_direct (it then runs "
                                         "beside large_direct on every sample)")
     fallback: str | None = _f(None, "strategy used when no candidate reaches tau (default: large_reason if a "
@@ -59,6 +60,8 @@ class TrainConfig:
     promote: bool = _f(False, "set the 'champion' alias even if the current champion is better")
     no_register: bool = _f(False, "log the run to MLflow but do not register the model")
     no_mlflow: bool = _f(False, "do not use MLflow at all (only write --output-dir)")
+    no_pair_comparison: bool = _f(False, "on a ladder of three or more models, skip training and certifying the best "
+                                         "policy of every two-model sub-pair (the evaluation rows `best pair a/b`)")
     tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
     experiment: str = _f("train-router", "MLflow experiment name")
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")

@@ -6,6 +6,13 @@
   latency, `transfer_K` costs `latency_ms__escalate_K` (the small model's reasoning plus the large model's
   continuation from its cached prefix; `escalate_all` for `transfer_all`), any other `s` costs `latency_ms__s`.
 A labels file without an `escalate` column for some K falls back to the one-stage `latency_ms__transfer_K`.
+
+On a ladder (labels with a model beyond small and large) a cascade climbs: it pays the `<m>_direct` stages in
+`paid_stages` (the ones its features need, cheapest first; summed as if sequential), then takes one strategy. The
+realised latency is what was paid plus the chosen strategy's increment: 0 for a paid `<m>_direct`; for a transfer
+`a->b` whose target's `b_direct` was paid, `escalate_col(t)` (`b` continues from its cached prefix); else the
+strategy's standalone `latency_ms__s`. On a pair this is exactly the rule above (every pair transfer goes to large).
+A pair's cascade always pays `large_direct` (added when missing); a ladder's pays exactly its `paid_stages`.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import ConfigError, TrainingError, one_of
-from routedvlm.router.strategies import LARGE_DIRECT, parse_strategy
+from routedvlm.router.strategies import LARGE_DIRECT, SMALL_DIRECT, parse_strategy
 
 log = logging.getLogger(__name__)
 MODES = ("cascade", "one-shot")
@@ -39,11 +46,17 @@ def _escalate_column(strategy: str) -> str:
     return escalate_col(parse_strategy(strategy).id)
 
 
-def _check(mode: str, paid_stages) -> list[str]:
+def is_ladder(df: pd.DataFrame) -> bool:
+    """Whether the labels run a model beyond the pair's two (a ladder of three or more)."""
+    return any(set(parse_strategy(s).models) - {"small", "large"} for s in label_strategies(df))
+
+
+def _check(mode: str, paid_stages, df: pd.DataFrame | None = None) -> list[str]:
     if mode not in MODES:
         raise ConfigError(f"`mode` must be {one_of(MODES)}; got {mode!r}.")
     paid = list(paid_stages or [])
-    if mode == "cascade" and LARGE_DIRECT not in paid:
+    pair_shape = set(paid) <= {SMALL_DIRECT} and not (paid and df is not None and is_ladder(df))
+    if mode == "cascade" and LARGE_DIRECT not in paid and pair_shape:
         paid = [LARGE_DIRECT, *paid]
     if mode == "one-shot" and paid:
         raise ConfigError(f"A one-shot policy pays no stage before deciding; got paid_stages={paid}.")
@@ -52,7 +65,7 @@ def _check(mode: str, paid_stages) -> list[str]:
 
 def paid_latency(df: pd.DataFrame, mode: str, paid_stages=()) -> np.ndarray:
     """Latency paid on every row before the decision (sum of the paid stages' latencies)."""
-    paid = _check(mode, paid_stages)
+    paid = _check(mode, paid_stages, df)
     total = np.zeros(len(df))
     for stage in paid:
         total = total + _col(df, f"latency_ms__{stage}")
@@ -61,11 +74,11 @@ def paid_latency(df: pd.DataFrame, mode: str, paid_stages=()) -> np.ndarray:
 
 def incremental_cost(df: pd.DataFrame, strategy: str, mode: str, paid_stages=()) -> np.ndarray:
     """Per-row latency of obtaining `strategy`'s answer after the paid stages."""
-    paid = _check(mode, paid_stages)
+    paid = _check(mode, paid_stages, df)
     st = parse_strategy(strategy)
     if st.id in paid:
         return np.zeros(len(df))
-    if st.is_transfer and LARGE_DIRECT in paid:
+    if st.is_transfer and f"{st.model}_direct" in paid:
         name = _escalate_column(st.id)
         if name in df.columns:
             return _col(df, name)

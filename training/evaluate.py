@@ -8,6 +8,9 @@ Rows (accuracy, mean and p90 realized latency, speed-up = mean latency of `large
   large_direct when the two direct answers agree, else transfer_k (members of the family's baselines chain);
 - per parameterised rule (tau-rule, lagrangian, binary large_direct/large_reason): its least-latency certified
   parameter on the calibration rows (training/calibration/certify.py); a rule with none certified has no row;
+- on a ladder (labels of three or more models): `best pair a/b: <rule>` for every two-model sub-pair, the certified
+  policy of a router trained on that pair's strategies only, at the same target and reference (training/sub_pairs.py);
+  mutual verification runs between every two models whose transfer is a candidate and its row names them;
 - `chosen: <rule>` (last): the member calibration picked among all of them (it is never slower on the calibration
   rows than any certified row above; this table shows whether that held out of sample).
 Target on test: regret target: required = accuracy(reference) on test - alpha; `min_accuracy` a: required = a;
@@ -25,7 +28,7 @@ import pandas as pd
 
 from routedvlm.router.strategies import LARGE_REASON
 
-from .costs import label_strategies, realized_correct, realized_latency  # noqa: F401 (label_strategies: re-export)
+from .costs import is_ladder, label_strategies, realized_correct, realized_latency  # noqa: F401 (re-exports)
 from .calibration.rule_family import Scorer, baseline_members
 
 PARAM_CHAINS = ("tau", "lagrangian", "binary")
@@ -51,11 +54,12 @@ def oracle_row(test: pd.DataFrame, candidates: list[str], ref) -> dict:
 
 def mutual_verification_rows(scorer: Scorer, ref, candidates=None) -> list[dict]:
     """Mutual verification at every (candidate) K of the labels (none when small_direct is not labelled)."""
-    out = []
+    out, ladder = [], is_ladder(scorer.df)
     for m in baseline_members(scorer.df, candidates):
         if m.rule["name"] == "mutual-verification":
             correct, latency, chosen = scorer.score(m)
-            out.append(summarize(m.name, "baseline", correct, latency, chosen, ref, rule=m.rule))
+            name = m.name + (" small/large" if ladder and "/" not in m.name else "")  # a ladder's rows name the models
+            out.append(summarize(name, "baseline", correct, latency, chosen, ref, rule=m.rule))
     return out
 
 
@@ -88,10 +92,12 @@ def _met(row: dict, target: dict, required) -> bool:
 
 
 def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, calibration, *,
-             proba_test: pd.DataFrame | None = None, model_cost_ms=0.0, train: pd.DataFrame | None = None) -> dict:
+             proba_test: pd.DataFrame | None = None, model_cost_ms=0.0, train: pd.DataFrame | None = None,
+             pair_rows=None) -> dict:
     """The evaluation dict (rows, curves, areas, target verdicts, utility) of a calibrated router on `test`;
     `calibration` is certify()'s result; `model_cost_ms` is charged to every row that reads the model; `train`: the
-    training rows (the base rate of the probability report, training/probability.py)."""
+    training rows (the base rate of the probability report, training/probability.py); `pair_rows`: a ladder's
+    sub-pair rows (sub_pairs.py), placed before the chosen row and compared with it (`ladder_vs_pairs`)."""
     policy = router.policy
     present = label_strategies(test)
     ref = float(test[f"latency_ms__{LARGE_REASON}"].mean()) if LARGE_REASON in present else None
@@ -106,6 +112,7 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, cali
             correct, latency, chosen = scorer.score(best.member)
             rows.append(summarize(best.member.name, "rule", correct, latency, chosen, ref, rule=best.member.rule,
                                   calibration=best.to_dict()))
+    rows += list(pair_rows or [])
     chosen_m = calibration.chosen.member
     correct, latency, chosen = scorer.score(chosen_m)
     rows.append(summarize(f"chosen: {chosen_m.name}", "learned", correct, latency, chosen, ref, rule=chosen_m.rule,
@@ -130,6 +137,7 @@ def evaluate(router, calib: pd.DataFrame, test: pd.DataFrame, target: dict, cali
         "curves": {k: v.to_dict(orient="records") for k, v in curves.items()},
         "auc": {k: area_under_curve(v, lo, hi) for k, v in curves.items()},
         "auc_single_strategies": area_under_curve(singles, lo, hi), "auc_range_ms": [lo, hi],
+        **({"ladder_vs_pairs": ladder_vs_pairs(rows)} if pair_rows else {}),
     }
 
 
@@ -166,3 +174,16 @@ def utility(row: dict, target: dict, required: float | None, n_test: int | None 
     budget = target["value"]
     lat = row["mean_latency_ms"]
     return float(row["accuracy"]) if lat <= budget else -(lat - budget) / budget
+
+
+def ladder_vs_pairs(rows: list[dict]) -> dict | None:
+    """The ladder policy (the last row; sub_pairs.py makes the pair rows) against the fastest sub-pair whose certification was feasible: both mean
+    latencies and the ladder's reduction (1 - ladder / pair); None without a feasible pair."""
+    pairs = [r for r in rows if r["kind"] == "pair" and r["feasible"]]
+    if not pairs:
+        return None if not any(r["kind"] == "pair" for r in rows) else {"best_pair": None}
+    best, ladder = min(pairs, key=lambda r: r["mean_latency_ms"]), rows[-1]
+    return {"best_pair": best["pair"], "best_pair_mean_latency_ms": best["mean_latency_ms"],
+            "best_pair_accuracy": best["accuracy"], "ladder_mean_latency_ms": ladder["mean_latency_ms"],
+            "ladder_accuracy": ladder["accuracy"],
+            "latency_reduction": 1.0 - ladder["mean_latency_ms"] / best["mean_latency_ms"]}

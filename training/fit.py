@@ -4,6 +4,11 @@ Feature selection: `one-shot` uses `feat__prompt__*` only; `cascade` adds `feat_
 features that need `small_direct` (incl. `feat__large_direct+small_direct__agree`) only when `--features`
 names them (or `small_direct`) or `with_small_direct` is set. A strategy whose training labels are all
 correct or all wrong gets a constant probability instead of a booster.
+
+On a ladder (labels with a model beyond small and large) a cascade climbs: by default it reads the features of every
+model's direct answer except the most expensive's (`small_direct`, `mid_direct`, ... paid cheapest first, then one
+of them is accepted or the policy escalates); `--features` may name any `<m>_direct` stage instead (e.g.
+`large_direct` for the pair's shape on a ladder).
 """
 from __future__ import annotations
 
@@ -14,10 +19,23 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import ConfigError, TrainingError
-from routedvlm.router.strategies import FEATURE_STAGES, LARGE_DIRECT, SMALL_DIRECT, feature_stages
+from routedvlm.router.strategies import (FEATURE_STAGES, LARGE_DIRECT, SMALL_DIRECT, alias_rank, feature_stages,
+                                         is_feature_stage, parse_strategy)
 
 log = logging.getLogger(__name__)
-ALLOWED_STAGES = {"one-shot": {"prompt"}, "cascade": {"prompt", LARGE_DIRECT, SMALL_DIRECT}}
+
+
+def _allowed(mode: str, stages) -> bool:
+    """Whether features needing `stages` may be used in `mode` (cascade: any direct stage of a ladder)."""
+    return set(stages) <= {"prompt"} if mode == "one-shot" else all(is_feature_stage(s) for s in stages)
+
+
+def ladder_in(df: pd.DataFrame) -> tuple[str, ...]:
+    """The model aliases the labels' strategies run, cheapest first (at least small and large)."""
+    from .costs import label_strategies
+
+    found = {a for s in label_strategies(df) for a in parse_strategy(s).models} | {"small", "large"}
+    return tuple(sorted(found, key=alias_rank))
 
 
 def feature_columns(df: pd.DataFrame) -> list[str]:
@@ -25,7 +43,7 @@ def feature_columns(df: pd.DataFrame) -> list[str]:
 
 
 def _match(spec: str, columns: list[str]) -> list[str]:
-    if spec in FEATURE_STAGES:
+    if spec in FEATURE_STAGES or is_feature_stage(spec):
         return [c for c in columns if spec in feature_stages(c)]
     if any(ch in spec for ch in "*?["):
         return [c for c in columns if fnmatch.fnmatchcase(c, spec)]
@@ -43,14 +61,17 @@ def select_features(df: pd.DataFrame, mode: str, spec: list[str] | None = None, 
                 f"({', '.join(FEATURE_STAGES)}) or patterns; the labels have {columns}."
             )
         chosen = {c for s in spec for c in _match(s, columns)}
-        bad = [c for c in sorted(chosen) if not set(feature_stages(c)) <= ALLOWED_STAGES[mode]]
+        bad = [c for c in sorted(chosen) if not _allowed(mode, feature_stages(c))]
         if bad:
             raise ConfigError(f"Mode {mode!r} may only use prompt features; `--features` selected {bad}. "
                               "Use --mode cascade to use stage features.")
     else:
+        ladder = ladder_in(df)
         default = {"prompt"} if mode == "one-shot" else {"prompt", LARGE_DIRECT}
         if with_small_direct and mode == "cascade":
             default.add(SMALL_DIRECT)
+        if mode == "cascade" and len(ladder) > 2:  # a ladder climbs: every direct answer below the top one
+            default = {"prompt", *(f"{a}_direct" for a in ladder[:-1])}
         chosen = {c for c in columns if set(feature_stages(c)) <= default}
     selected = [c for c in columns if c in chosen]
     if not selected:
@@ -59,10 +80,16 @@ def select_features(df: pd.DataFrame, mode: str, spec: list[str] | None = None, 
     return selected
 
 
-def paid_stages_for(features: list[str], mode: str) -> list[str]:
-    """Stages run before deciding: [] (one-shot), [large_direct] or [large_direct, small_direct] (cascade)."""
+def paid_stages_for(features: list[str], mode: str, ladder=None) -> list[str]:
+    """Stages run before deciding: [] (one-shot), [large_direct] or [large_direct, small_direct] (cascade on a pair);
+    on a ladder (`ladder` of more than two aliases) the direct stages the features need, cheapest first."""
     if mode == "one-shot":
         return []
+    if ladder is not None and len(ladder) > 2:
+        from routedvlm.router.ladder import paid_order
+
+        stages = {s for f in features for s in feature_stages(f) if s != "prompt"}
+        return paid_order(stages or {LARGE_DIRECT}, ladder)
     needs_small = any(SMALL_DIRECT in feature_stages(f) for f in features)
     return [LARGE_DIRECT, SMALL_DIRECT] if needs_small else [LARGE_DIRECT]
 

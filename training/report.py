@@ -39,6 +39,17 @@ def area_line(evaluation: dict) -> str:
             f"single strategies {evaluation['auc_single_strategies']:.3f}")
 
 
+def pairs_line(evaluation: dict) -> str:
+    """The ladder policy against its best sub-pair at the same target (evaluate.py `ladder_vs_pairs`)."""
+    v = evaluation["ladder_vs_pairs"]
+    if v.get("best_pair") is None:
+        return "ladder vs pairs: no two-model sub-pair certifies the target on these calibration rows"
+    a, b = v["best_pair"]
+    return (f"ladder vs its best pair ({a}/{b}, each certified at the same target; not chosen among): mean latency "
+            f"{v['ladder_mean_latency_ms']:.1f} vs {v['best_pair_mean_latency_ms']:.1f} ms on test "
+            f"({abs(v['latency_reduction']):.1%} {'lower' if v['latency_reduction'] >= 0 else 'higher'}), accuracy {v['ladder_accuracy']:.3f} vs {v['best_pair_accuracy']:.3f}")
+
+
 def format_table(evaluation: dict) -> str:
     """The evaluation as a fixed-width terminal table plus the target, certificate, verdict and area lines."""
     head = f"{'policy':<44} {'acc':>6} {'mean ms':>9} {'p90 ms':>9} {'speed-up':>8}  {'target on test':<27} mix"
@@ -56,6 +67,8 @@ def format_table(evaluation: dict) -> str:
     lines += [target_text(evaluation), f"certificate: {c['statement']} [{c['method']}; delta {c['delta']}, "
               f"n {c['n']} calibration rows, bound {c['bound'] if c['bound'] is None else round(c['bound'], 4)}]",
               verdict_line(evaluation), area_line(evaluation)]
+    if evaluation.get("ladder_vs_pairs") is not None:
+        lines.append(pairs_line(evaluation))
     if evaluation.get("probabilities"):
         from .probability import summary_line
 

@@ -91,7 +91,7 @@ def plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None
         train = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed).train
     features = fitmod.check_features(labels, features, not config.strict_features, config.allow_missing_features,
                                      config.max_features, train=train)
-    return candidates, features, fitmod.paid_stages_for(features, config.mode)
+    return candidates, features, fitmod.paid_stages_for(features, config.mode, fitmod.ladder_in(labels))
 
 
 def prompt_template_of(metadata: dict) -> dict | None:
@@ -141,9 +141,11 @@ def base_policy(config: TrainConfig, split, candidates, features, paid, labels_h
     from routedvlm.router.policy import Policy
 
     from .costs import expected_costs
+    from .fit import ladder_in
 
     return Policy(
         router_type=router_type, mode=config.mode, strategies=candidates, paid_stages=paid, features=features,
+        ladder=list(ladder_in(split.train)),
         expected_cost_ms=expected_costs(split.train, candidates, config.mode, paid), tau=0.5,
         fallback=choose_fallback(split.train, candidates, config.fallback), target=config.target,
         training_data_hash=labels_hash, prompt_template=prompt_template,
@@ -200,9 +202,26 @@ def certify_and_evaluate(config, router, split) -> dict:
     cal = certify(router, split.calibration, split.train, config.target, config.delta)
     apply_to_policy(router.policy, cal)
     log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
-    evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train)
+    evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train,
+                          pair_rows=pair_rows(config, router, split, cal))
     evaluation["split"] = split.sizes()
     return evaluation
+
+
+def pair_rows(config, router, split, cal) -> list[dict]:
+    """On a ladder (unless --no-pair-comparison): the certified policy of every two-model sub-pair (sub_pairs.py)."""
+    from routedvlm.router.strategies import LARGE_REASON
+
+    from .fit import ladder_in
+    from .sub_pairs import sub_pair_rows
+
+    ladder = ladder_in(split.train)
+    if len(ladder) < 3 or config.no_pair_comparison:
+        return []
+    log.info("training and certifying the best policy of every two-model sub-pair of %s", list(ladder))
+    ref = float(split.test[f"latency_ms__{LARGE_REASON}"].mean()) if f"latency_ms__{LARGE_REASON}" in split.test else None
+    return sub_pair_rows(config, split, router.policy.strategies, cal.spec.reference, ladder,
+                         router.policy.training_data_hash, ref)
 
 
 def finish(config, router, evaluation: dict, split, metadata: dict, labels_hash: str) -> TrainResult:

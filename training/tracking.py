@@ -59,10 +59,14 @@ def _metrics(ev: dict) -> dict:
     for s, r in (ev.get("probabilities") or {}).items():
         out[f"brier.{s}"] = r["brier"]
     for row in ev["rows"]:
-        key = "learned" if row["kind"] == "learned" else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_")
+        key = ("learned" if row["kind"] == "learned" else "pair_" + "_".join(row["pair"]) if row["kind"] == "pair"
+               else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_"))
         for m in ("accuracy", "mean_latency_ms", "p90_latency_ms", "speedup_vs_large_reason"):
             if row[m] is not None:
                 out[f"{key}.{m}"] = row[m]
+    vs = ev.get("ladder_vs_pairs") or {}
+    if vs.get("best_pair"):  # a ladder: the ladder policy against its fastest certified sub-pair (sub_pairs.py)
+        out["ladder_latency_reduction_vs_best_pair"] = vs["latency_reduction"]
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(float(v))}
 
 

@@ -1,5 +1,8 @@
 """`routedvlm serve`: RoutedVLM as an OpenAI-compatible chat-completions endpoint (FastAPI + uvicorn).
 
+The models: `--small S --large L` (a pair), or a ladder cheapest first with `--model` repeated (`--small` and
+`--large`, when given with it, go first and last); each is also served alone under its position name.
+
 Binds 127.0.0.1 unless told otherwise; with --api-key (or $ROUTEDVLM_API_KEY) every /v1 request must send
 `Authorization: Bearer <key>` (/health, /ready and /metrics need none, as with vLLM). The server listens at
 once and loads the models in the background (/ready answers 503 until they are loaded); a load failure ends
@@ -25,8 +28,12 @@ from routedvlm.errors import ConfigError, ModelLoadError, RoutedVLMError
 
 from .protocol import Limits
 
-EPILOG = """example:
+EPILOG = """examples:
   routedvlm serve --small ./small --large ./large --router models:/vlm-router@champion --port 8000
+  # a ladder of three models, cheapest first (local and OpenAI-compatible servers may mix); plain models
+  # 'small', 'mid', 'large'; headers x-routedvlm-models / x-routedvlm-answer-model name the models that ran
+  routedvlm serve --model ./2b --model http://gpu1:8001/v1#Qwen/Qwen3-VL-4B-Instruct \\
+    --model http://gpu2:8002/v1#Qwen/Qwen3-VL-8B-Instruct --router ./ladder-router --port 8000
   curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' \\
     -d '{"model": "routedvlm", "messages": [{"role": "user", "content": [{"type": "image_url",
          "image_url": {"url": "data:image/png;base64,..."}}, {"type": "text", "text": "How many bars?"}]}]}'
@@ -40,9 +47,15 @@ THREADS_HELP = ("torch CPU threads per process; 1 (the default) gives stable per
 class ServeConfig:
     """Settings of `routedvlm serve` (one field per flag)."""
 
-    small: str = field(metadata={"help": "small model: checkpoint folder, hub id, or <base_url>#<model> of an "
-                                         "OpenAI-compatible server (key from $ROUTEDVLM_BACKEND_API_KEY)"})
-    large: str = field(metadata={"help": "large model: checkpoint folder, hub id, or <base_url>#<model>"})
+    small: str | None = field(default=None, metadata={
+        "help": "small model (the cheapest): checkpoint folder, hub id, or <base_url>#<model> of an OpenAI-compatible "
+                "server (key from $ROUTEDVLM_BACKEND_API_KEY)"})
+    large: str | None = field(default=None, metadata={
+        "help": "large model (the most expensive): checkpoint folder, hub id, or <base_url>#<model>"})
+    model: list[str] | None = field(default=None, metadata={
+        "help": "a model of a ladder, cheapest first; repeat it: --model S --model M --model L (2 to 10 models, "
+                "served as 'small', 'mid', 'large'; 'small', 'mid1'...'large' beyond three). With --small / --large "
+                "the ladder is --small, each --model in order, then --large"})
     router: str = field(default="models:/vlm-router@champion",
                         metadata={"help": "router folder, models:/name@alias, 'mutual-verification' or a strategy id"})
     fallback: str = field(default="mutual-verification", metadata={"help": "policy used when the router fails"})
@@ -92,6 +105,7 @@ class ServeConfig:
     audit_queue_size: int = field(default=64, metadata={"help": "audits waiting at most; more are skipped and counted"})
 
     def __post_init__(self):
+        self._check_models()
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
                      "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout",
                      "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout"):
@@ -109,6 +123,31 @@ class ServeConfig:
             raise ConfigError(f"The `--log-level` flag must be 'debug', 'error', 'info' or 'warning'. Got {self.log_level!r}.")
 
     @property
+    def models(self) -> list[str]:
+        """The ladder, cheapest first: --small, each --model, --large."""
+        return [*([self.small] if self.small else []), *(self.model or []), *([self.large] if self.large else [])]
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The served plain models' ids: the position names of the ladder (`ladder_aliases`)."""
+        from routedvlm.router.strategies import ladder_aliases
+
+        return ladder_aliases(len(self.models))
+
+    def _check_models(self) -> None:
+        from routedvlm.router.strategies import MAX_LADDER, ladder_aliases
+
+        models = self.models
+        empty = [m for m in (self.small, self.large, *(self.model or [])) if m is not None and not str(m).strip()]
+        if empty or not 2 <= len(models) <= MAX_LADDER:
+            got = "an empty model" if empty else f"{len(models)} model{'s' * (len(models) != 1)}"
+            raise ConfigError(f"`routedvlm serve` needs 2 to {MAX_LADDER} models, cheapest first: `--small S --large L`, "
+                              f"or `--model` repeated (`--model S --model M --model L`). Got {got}.")
+        if self.served_model_name in ladder_aliases(len(models)):
+            raise ConfigError(f"The `--served-model-name` flag must differ from the plain models' ids "
+                              f"{list(ladder_aliases(len(models)))}. Got {self.served_model_name!r}.")
+
+    @property
     def limits(self) -> Limits:
         return Limits(max_images=self.max_images, max_image_pixels=self.max_image_pixels, max_text_chars=self.max_text_chars,
                       max_body_bytes=self.max_body_bytes, max_messages=self.max_messages,
@@ -120,14 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(ServeConfig):
         flag = "--" + f.name.replace("_", "-")
+        if f.name == "model":
+            parser.add_argument(flag, action="append", metavar="SPEC", help=f.metadata["help"].replace("%", "%%"))
+            continue
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", help=f.metadata["help"].replace("%", "%%"))
             continue
         kind = int if f.type in ("int", int, "int | None") else float if f.type in ("float", "float | None", float) else str
-        required = f.name in ("small", "large")
-        default = None if required else f.default
+        default = f.default
         shown = f" (default: {default})" if default is not None else ""
-        parser.add_argument(flag, type=kind, required=required, default=default,
+        parser.add_argument(flag, type=kind, default=default,
                             help=(f.metadata["help"] + shown).replace("%", "%%"))
     return parser
 
@@ -148,7 +189,7 @@ def _loader(cfg: ServeConfig):
 
         threads = set_threads(cfg.threads)
         routed = RoutedVLM.from_pretrained(
-            cfg.small, cfg.large, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
+            cfg.models, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
             max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
             min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
             audit_rate=cfg.audit_rate, audit=_audit_config(cfg),
@@ -156,8 +197,9 @@ def _loader(cfg: ServeConfig):
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "
                   f"{routed.fallback.policy.router_type!r}", file=sys.stderr)
-        print(f"routedvlm ready: {cfg.served_model_name!r} (router {routed.active_router.policy.router_type}, device "
-              f"{routed.pipeline.large.device}, {threads} torch thread(s))", file=sys.stderr, flush=True)
+        print(f"routedvlm ready: {cfg.served_model_name!r} over {', '.join(cfg.aliases)} (router "
+              f"{routed.active_router.policy.router_type}, device {routed.pipeline.large.device}, {threads} torch "
+              "thread(s))", file=sys.stderr, flush=True)
         return routed
 
     return load
@@ -213,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     def stop(exc):
         server.should_exit = True
 
-    app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, api_key=cfg.api_key,
-                     limits=cfg.limits, min_new_tokens=cfg.min_new_tokens, request_timeout=cfg.request_timeout,
-                     max_queued=cfg.max_queued)
+    app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, sides=cfg.aliases,
+                     api_key=cfg.api_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
+                     request_timeout=cfg.request_timeout, max_queued=cfg.max_queued)
     server = graceful_server(uvicorn_config(app, cfg), app.state.deadlines, cfg.shutdown_timeout)
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
           "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)

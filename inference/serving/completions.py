@@ -1,8 +1,9 @@
 """Response bodies of `routedvlm serve`: chat completions of the routed and the plain models, and stream chunks.
 
 The routed model's usage is its final answer call's (see final_answer.py); its route is in the headers
-`x-routedvlm-strategy` / `x-routedvlm-keep-tokens` and in the field `routedvlm` (of the completion, or of the
-stream's last choice chunk). The plain models ("small", "large") answer with one side alone (thinking per
+`x-routedvlm-strategy` / `x-routedvlm-keep-tokens` (the models that ran: `x-routedvlm-models`, the one that answered:
+`x-routedvlm-answer-model`) and in the field `routedvlm` (of the completion, or of the stream's last choice chunk).
+The plain models (the ladder's aliases: "small", "large"; "small", "mid", "large"; ...) answer with one side alone (thinking per
 `chat_template_kwargs.enable_thinking`, `max_tokens`, `logprobs`, `top_logprobs`, `min_tokens`, vLLM's
 `continue_final_message`), so the server doubles as a stand-in vLLM-like server for the OpenAI backend.
 """
@@ -30,20 +31,26 @@ def completion(model: str, content, reasoning=None, *, finish="stop", logprobs=N
     return out | (extra or {})
 
 
-def route_headers(strategy: str, keep_tokens) -> dict:
-    return {"x-routedvlm-strategy": strategy, "x-routedvlm-keep-tokens": "" if keep_tokens is None else str(keep_tokens)}
+def route_headers(strategy: str, keep_tokens, models=()) -> dict:
+    """The route as headers: the strategy, its K, the models that ran (aliases, cheapest first, comma-separated) and
+    the model whose answer this is."""
+    from routedvlm.router.strategies import parse_strategy
+
+    return {"x-routedvlm-strategy": strategy, "x-routedvlm-keep-tokens": "" if keep_tokens is None else str(keep_tokens),
+            "x-routedvlm-models": ",".join(models), "x-routedvlm-answer-model": parse_strategy(strategy).model}
 
 
 def route_info(out) -> dict:
     return {"strategy": out.strategy, "keep_tokens": out.keep_tokens, "p_correct": out.p_correct,
-            "fallback": out.fallback, "trace": out.trace, "request_id": out.request_id, "audited": out.audited}
+            "fallback": out.fallback, "models": list(out.models), "answer_model": out.answer_model, "trace": out.trace,
+            "request_id": out.request_id, "audited": out.audited}
 
 
 def routed_completion(out, model: str) -> tuple[dict, dict]:
     """(body, headers) of a routed request's RoutedOutput; `x-routedvlm-request-id` names it for gold feedback and
     `x-routedvlm-audited: 1` says a shadow audit of it was queued."""
     body = completion(model, out.text, finish=out.finish_reason, usage=out.usage, extra={"routedvlm": route_info(out)})
-    headers = {**route_headers(out.strategy, out.keep_tokens), "x-routedvlm-request-id": out.request_id,
+    headers = {**route_headers(out.strategy, out.keep_tokens, out.models), "x-routedvlm-request-id": out.request_id,
                "x-routedvlm-audited": "1" if out.audited else "0"}
     return body, headers
 
@@ -76,14 +83,27 @@ class Chunks:
         return f"data: {json.dumps(exc.body())}\n\ndata: [DONE]\n\n".encode()
 
 
+def one_delta_stream(payload: dict, include_usage: bool, headers: dict):
+    """A plain model's answer as an SSE stream of one delta (the plain models do not stream token by token)."""
+    from fastapi.responses import StreamingResponse
+
+    chunks, choice = Chunks(payload["model"], include_usage), payload["choices"][0]
+    message = choice["message"]
+    delta = {"role": "assistant", "content": message["content"]}
+    if message.get("reasoning_content") is not None:
+        delta["reasoning_content"] = message["reasoning_content"]
+    data = chunks.delta(delta) + chunks.end(choice["finish_reason"], payload["usage"], payload["routedvlm"])
+    return StreamingResponse(iter([data]), media_type="text/event-stream", headers=headers)
+
+
 def context_of(vlm) -> int | None:
     """A side's context length (`ModelSide.context_length`); None when unknown."""
     return vlm.context_length()
 
 
 def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dict, dict]:
-    """(body, headers) of a request to the plain model `req.model` ("small" or "large"): one
-    `CollaborativePipeline.complete` call of that side."""
+    """(body, headers) of a request to the plain model `req.model` (an alias of the ladder: "small", "large", ...): one
+    `CollaborativePipeline.complete` call of that side; the headers name it as the model that ran and answered."""
     from routedvlm.errors import ModeUnavailableError
 
     from ..inputs import from_messages
@@ -96,7 +116,9 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dic
                            param="messages", code="invalid_content")
         messages, partial = messages[:-1], "".join(p["text"] for p in last["content"])
     request = from_messages(messages)
-    side = getattr(routed.pipeline, req.model)
+    from ..routed import pipeline_sides
+
+    side = pipeline_sides(routed.pipeline)[req.model]
     think = req.enable_thinking is not False  # like a hybrid template, thinking is on unless switched off
     model = (side.reasoner or side) if think else side
 
@@ -114,7 +136,8 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dic
     logprobs = _logprobs(model, gen, req.top_logprobs) if req.logprobs else None
     use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
     return completion(req.model, res.answer, res.reasoning, finish=res.finish_reason, logprobs=logprobs, usage=use,
-                      extra={"routedvlm": {"trace": res.trace}}), {}
+                      extra={"routedvlm": {"trace": res.trace}}), {"x-routedvlm-models": req.model,
+                                                                   "x-routedvlm-answer-model": req.model}
 
 
 def _token(side, tid) -> dict:

@@ -7,6 +7,8 @@ routedvlm_stage_duration_seconds{stage, model}: vision + prefill + decode time o
 "decision": features + router); routedvlm_fallbacks_total{reason}: requests the fallback policy decided
 (router_not_loaded, decision_failed); routedvlm_router_errors_total{error}: failed decisions by exception;
 routedvlm_requests_in_flight; routedvlm_tokens_total{model, kind}: prompt / completion tokens;
+routedvlm_model_runs_total{model}: answered requests in which a model of the ladder (its alias: small, mid, large,
+...) ran at least one stage; routedvlm_answers_total{model}: answered requests whose final answer that model gave;
 routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time).
 """
 from __future__ import annotations
@@ -31,6 +33,10 @@ class ServerMetrics:
         self.in_flight = Gauge("routedvlm_requests_in_flight", "Requests being answered now.", registry=r)
         self.tokens = Counter("routedvlm_tokens", "Prompt and completion tokens of answered requests.",
                               ["model", "kind"], registry=r)
+        self.model_runs = Counter("routedvlm_model_runs", "Answered requests in which the model (ladder alias) ran.",
+                                  ["model"], registry=r)
+        self.answers = Counter("routedvlm_answers", "Answered requests whose final answer the model (ladder alias) gave.",
+                               ["model"], registry=r)
         Gauge("routedvlm_ready", "1 once both models and the router are loaded.", registry=r).set_function(
             lambda: float(bool(ready())))
         Gauge("routedvlm_router_healthy", "1 while the router loads and decides; 0 when the fallback answers every "
@@ -41,8 +47,10 @@ class ServerMetrics:
         if seconds is not None:
             self.duration.labels(model, strategy).observe(seconds)
 
-    def answered(self, model: str, trace: list, usage: dict, *, fallback: bool = False, loaded: bool = True) -> None:
-        """Record the stages, tokens and any fallback of one answered request."""
+    def answered(self, model: str, trace: list, usage: dict, *, fallback: bool = False, loaded: bool = True,
+                 answered_by: str | None = None) -> None:
+        """Record the stages, tokens and any fallback of one answered request; the models that ran (the trace's
+        `model`s) and the one that answered (`answered_by`, an alias)."""
         for rec in trace:
             if rec.get("stage") == "decision":
                 self.stage.labels("decision", "router").observe((rec["features_ms"] + rec["decision_ms"]) / 1000)
@@ -53,6 +61,10 @@ class ServerMetrics:
             elif rec.get("model"):
                 ms = rec["vision_ms"] + rec["prefill_ms"] + rec["decode_ms"]
                 self.stage.labels(rec["stage"], rec["model"]).observe(ms / 1000)
+        for alias in dict.fromkeys(rec["model"] for rec in trace if rec.get("stage") != "decision" and rec.get("model")):
+            self.model_runs.labels(alias).inc()
+        if answered_by:
+            self.answers.labels(answered_by).inc()
         self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
         self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
 

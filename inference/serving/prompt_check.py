@@ -15,15 +15,17 @@ import re
 
 from ..sides.base import THINK_CLOSE, THINK_OPEN
 from .completions import context_of
-from .protocol import APIError
+from .protocol import APIError, check_context
 
 JOINER = "\u2060"
 
 
 def served_sides(routed) -> list:
     """The sides of a RoutedVLM (answerers and reasoners), each once."""
+    from ..pipeline_parts import pipeline_sides
+
     out = []
-    for vlm in (routed.pipeline.small, routed.pipeline.large):
+    for vlm in pipeline_sides(routed.pipeline).values():
         for side in (vlm, vlm.reasoner):
             if side is not None and all(side is not s for s in out):
                 out.append(side)
@@ -57,6 +59,15 @@ def neutralise(messages: list, pattern: re.Pattern | None) -> int:
             if part["type"] == "text" and part["text"]:
                 part["text"] = pattern.sub(split, part["text"])
     return count
+
+
+def check_routed_context(routed, req) -> None:
+    """A 400 when the routed request's `max_tokens` does not fit the smallest known context of the ladder's models."""
+    from ..pipeline_parts import pipeline_sides
+
+    if req.max_tokens is not None:
+        contexts = [c for c in map(context_of, pipeline_sides(routed.pipeline).values()) if c]
+        check_context(req.model, min(contexts) if contexts else None, 0, req.max_tokens)
 
 
 def check_routed_prompt(routed, messages: list, max_prompt_tokens: int | None, model: str) -> int:

@@ -2,8 +2,9 @@
 /v1/models, and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
 /v1 routes). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
 
-Model ids: the routed model (default "routedvlm") answers under the router's policy; "small" and "large" answer
-with that side alone (see completions.py). With `loader=` the models load in the background: the server
+Model ids: the routed model (default "routedvlm") answers under the router's policy; each model of the ladder
+answers alone under its position name ("small", "large"; "small", "mid", "large" for three, ...; see
+completions.py). The headers `x-routedvlm-models` / `x-routedvlm-answer-model` and `/metrics` name the models that ran. With `loader=` the models load in the background: the server
 listens at once, /ready and the /v1 routes answer 503 until they are loaded. A body is read only up to
 `limits.max_body_bytes` (then 413); JSON and image decoding and the model calls run in worker threads, so the
 event loop keeps answering probes. One lock serialises the calls of local models (they share one device). More
@@ -17,18 +18,20 @@ import logging
 import threading
 import time
 
+from routedvlm.errors import ConfigError
+
 from .. import deadline
 from ..audit.metrics import register as register_audit_metrics
 from .audit_routes import FEEDBACK, feedback, release_after
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import run_plain, run_routed, stream_runner
-from .completions import Chunks, context_of, route_headers, route_info, routed_completion
+from .completions import Chunks, one_delta_stream, route_headers, route_info, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
 from .openapi import openapi_document
-from .prompt_check import neutralise, special_pattern
-from .protocol import APIError, Limits, check_context
+from .prompt_check import check_routed_context, neutralise, special_pattern
+from .protocol import APIError, Limits
 
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
@@ -74,12 +77,16 @@ class Serving:
         return self.routed is not None and self.routed.health()["router_healthy"]
 
 
-def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm",
+def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm", sides=None,
                api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0,
                request_timeout: float | None = 300.0, max_queued: int = 64):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
-    `min_new_tokens` applies to plain-model answers (tiny random models); `request_timeout` (seconds, None: none)
-    stops a request's model calls; `max_queued` chat requests at once, 503 beyond."""
+    `sides`: the plain models' ids, the ladder's aliases (default: those of `routed`'s pipeline, or the pair's
+    "small", "large" while a `loader` loads); `min_new_tokens` applies to plain-model answers (tiny random models);
+    `request_timeout` (seconds, None: none) stops a request's model calls; `max_queued` chat requests at once, 503
+    beyond."""
+    from ..routed import pipeline_sides
+
     import contextlib
 
     from fastapi import FastAPI, Request
@@ -88,7 +95,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     limits, serving = limits or Limits(), Serving(routed, loader, on_load_error)
     deadlines = deadline.Deadlines(request_timeout)
-    models = (served_model, *SIDES)
+    aliases = tuple(sides or (pipeline_sides(routed.pipeline) if routed is not None else SIDES))
+    if served_model in aliases:
+        raise ConfigError(f"The served model name must differ from the plain models' ids {list(aliases)}. "
+                          f"Got {served_model!r}.")
+    models = (served_model, *aliases)
     metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
     register_audit_metrics(metrics.registry, lambda: serving.routed.audit_status() if serving.routed is not None else None)
 
@@ -184,7 +195,7 @@ class ChatHandler:
             req = await self.parse(await read_body(request, self.limits.max_body_bytes))  # no frame here holds the body
             self.model = req.model
             if req.model == self.served:
-                _check_routed_context(routed, req)
+                check_routed_context(routed, req)
                 if req.stream:
                     response = await self.stream_routed(routed, req)
                     streaming = True
@@ -193,15 +204,16 @@ class ChatHandler:
                 payload, headers = routed_completion(out, req.model)
                 background = release_after(out)  # a sampled audit starts once the response is sent
                 self.strategy = out.strategy
-                self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None)
+                self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
+                                      answered_by=out.answer_model)
             else:
                 payload, headers = await run_in_threadpool(run_plain, routed, req, self.min_new_tokens, self.serving.pattern,
                                                            self.deadlines)
                 self.strategy = payload["routedvlm"]["trace"][0]["stage"]
-                self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"])
+                self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
             self.done(200)
             if req.stream and req.model != self.served:
-                return _one_delta_stream(payload, req.include_usage)
+                return one_delta_stream(payload, req.include_usage, headers)
             return JSONResponse(payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
@@ -266,7 +278,7 @@ class ChatHandler:
                         continue
                     if kind == "done":
                         self.metrics.answered(req.model, value.trace, value.usage, fallback=value.fallback,
-                                              loaded=routed.router is not None)
+                                              loaded=routed.router is not None, answered_by=value.answer_model)
                         status = 200
                         yield chunks.end(value.finish_reason, value.usage, route_info(value))
                     else:
@@ -278,24 +290,5 @@ class ChatHandler:
                 stream.cancel()
                 self.done(status)
 
-        headers = {**route_headers(value["strategy"], value["keep_tokens"]), "cache-control": "no-cache"}
+        headers = {**route_headers(value["strategy"], value["keep_tokens"], value["models"]), "cache-control": "no-cache"}
         return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
-
-
-def _check_routed_context(routed, req) -> None:
-    if req.max_tokens is not None:
-        contexts = [c for c in (context_of(routed.pipeline.small), context_of(routed.pipeline.large)) if c]
-        check_context(req.model, min(contexts) if contexts else None, 0, req.max_tokens)
-
-
-def _one_delta_stream(payload: dict, include_usage: bool):
-    """A plain model's answer as an SSE stream of one delta (the plain models do not stream token by token)."""
-    from fastapi.responses import StreamingResponse
-
-    chunks, choice = Chunks(payload["model"], include_usage), payload["choices"][0]
-    message = choice["message"]
-    delta = {"role": "assistant", "content": message["content"]}
-    if message.get("reasoning_content") is not None:
-        delta["reasoning_content"] = message["reasoning_content"]
-    data = chunks.delta(delta) + chunks.end(choice["finish_reason"], payload["usage"], payload["routedvlm"])
-    return StreamingResponse(iter([data]), media_type="text/event-stream")

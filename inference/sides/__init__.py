@@ -3,8 +3,8 @@ process), `OpenAIVLM` (a model behind an OpenAI-compatible server) and `VLLMEngi
 spec 'vllm:<checkpoint folder>'); files in docs/layout.md.
 
 `load_side(spec)` turns what users write (a path, a hub id, '<base_url>#<model id>', 'vllm:<folder>', or a side
-object) into a side;
-a new implementation adds its module here and one entry in `load_side`.
+object) into a side; `load_sides(specs)` a list of them, cheapest first, into a ladder's sides; a new implementation
+adds its module here and one entry in `load_side`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 
 from .base import THINK_CLOSE, THINK_OPEN, ModelSide
 
-__all__ = ["THINK_CLOSE", "THINK_OPEN", "ModelSide", "load_side"]
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ModelSide", "load_side", "load_sides"]
 
 
 def load_side(spec, *, reasoner=None, **local_kwargs) -> ModelSide:
@@ -35,3 +35,23 @@ def load_side(spec, *, reasoner=None, **local_kwargs) -> ModelSide:
     from .local import VLM
 
     return VLM.from_pretrained(text, reasoner=reasoner, **local_kwargs)
+
+
+def load_sides(specs, **local_kwargs) -> list[ModelSide]:
+    """The sides of a ladder from a list of specs, cheapest first (each as `load_side` takes it; `local_kwargs` go to
+    every local checkpoint). Raises ConfigError for a list of fewer than 2 or more than `MAX_LADDER` entries, or an
+    entry that is neither a spec nor a side, naming every bad entry at once."""
+    from routedvlm.errors import ConfigError
+    from routedvlm.router.strategies import MAX_LADDER
+
+    if isinstance(specs, (str, os.PathLike, ModelSide)) or not hasattr(specs, "__iter__"):
+        raise ConfigError(f"A ladder of models must be a list of 2 to {MAX_LADDER} models, cheapest first (checkpoint "
+                          f"folders, hub ids, '<base_url>#<model id>' or ModelSide objects). Got {specs!r}.")
+    specs = list(specs)
+    bad = [f"#{i}: {s!r}" for i, s in enumerate(specs)
+           if not (isinstance(s, (str, os.PathLike)) or hasattr(s, "run_direct")) or (isinstance(s, str) and not s.strip())]
+    if not 2 <= len(specs) <= MAX_LADDER or bad:
+        got = f"entries that are not models ({'; '.join(bad)})" if bad else f"a list of {len(specs)}"
+        raise ConfigError(f"A ladder of models must be a list of 2 to {MAX_LADDER} models, cheapest first (checkpoint "
+                          f"folders, hub ids, '<base_url>#<model id>' or ModelSide objects). Got {got}.")
+    return [load_side(s, **local_kwargs) for s in specs]

@@ -95,6 +95,13 @@ class SelfProbeRouter(Router):
         p = self._p(self._matrix([row[HIDDEN_KEY]], feats))[0]
         return dict(zip(self.policy.strategies, map(float, p)))
 
+    @property
+    def required_stages(self) -> set[str]:
+        """The policy's stages plus `large_direct`, whose hidden state the head reads (on a ladder the climb pays it
+        last, the most expensive model's direct pass); nothing extra when the rule reads no P(correct)."""
+        stages = super().required_stages
+        return stages | {LARGE_DIRECT} if uses_model(self.policy.decision_rule) else stages
+
     # ---- RoutedVLM hooks (declared on Router) ----
     @property
     def hidden_layers(self) -> list[int]:

@@ -14,3 +14,16 @@ def test_rule_routers():
     assert make_rule_router("large_reason").decide({}).strategy == "large_reason"
     with pytest.raises(RouterError, match=r"^Unknown rule router 'sometimes'. Use 'mutual-verification' or a strategy id"):
         make_rule_router("sometimes")
+
+
+def test_a_fixed_strategy_of_a_ladder_model_loads_with_the_smallest_ladder_that_has_it():
+    """Regression: `router="mid_direct"` was refused once policies named their ladder (a fixed policy read as the pair)."""
+    from routedvlm.router import load_router
+
+    ladders = {s: load_router(s).policy.ladder for s in ("large_reason", "transfer_8", "mid_direct",
+                                                         "transfer_small_mid_all", "mid1_reason", "transfer_mid1_mid3_16")}
+    assert ladders == {"large_reason": ["small", "large"], "transfer_8": ["small", "large"],
+                       "mid_direct": ["small", "mid", "large"], "transfer_small_mid_all": ["small", "mid", "large"],
+                       "mid1_reason": ["small", "mid1", "mid2", "large"],
+                       "transfer_mid1_mid3_16": ["small", "mid1", "mid2", "mid3", "large"]}
+    assert load_router("mid_direct").decide({}).strategy == "mid_direct"

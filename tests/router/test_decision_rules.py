@@ -80,7 +80,7 @@ def test_policy_format_2_round_trip_and_v1_files_load_as_the_tau_rule(lgbm_route
     router.policy.certificate = {"delta": 0.1, "n": 200, "bound": 0.05, "method": "learn-then-test"}
     router.save(tmp_path / "v2")
     saved = json.loads((tmp_path / "v2" / "policy.json").read_text())
-    assert saved["format_version"] == 2 and saved["rule"] == binary_rule(0.7)
+    assert saved["format_version"] == 3 and saved["rule"] == binary_rule(0.7)
     loaded = load_router(tmp_path / "v2")
     assert loaded.policy.decision_rule == binary_rule(0.7) and loaded.policy.certificate["n"] == 200
     lgbm_router.save(tmp_path / "v1")

@@ -32,7 +32,7 @@ def _harness(folder, scratch, cases) -> list[dict]:
 def test_policy_records_the_sha256_of_every_model_file(lgbm_router, tmp_path):
     folder = lgbm_router.save(tmp_path / "r")
     policy = json.loads((folder / "policy.json").read_text())
-    assert policy["format_version"] == 2
+    assert policy["format_version"] == 3
     files = sorted(policy["params"]["model_files"].values())
     assert sorted(policy["model_sha256"]) == files and files
     assert all(policy["model_sha256"][f] == sha256_file(folder / f) for f in files)

@@ -63,10 +63,11 @@ class RiskSpec:
         return self.kind == "regret" and member.rule == fixed_rule(self.reference)
 
 
-def risk_spec(target: dict, train: pd.DataFrame, candidates) -> RiskSpec:
-    """The certified loss and its limit for `target` (module docstring); the reference comes from `train`."""
-    accs = {s: float(train[f"correct__{s}"].mean()) for s in candidates}
-    ref = max(sorted(candidates, key=strategy_order, reverse=True), key=lambda s: accs[s])  # ties: the costlier kind
+def risk_spec(target: dict, train: pd.DataFrame, candidates, reference: str | None = None) -> RiskSpec:
+    """The certified loss and its limit for `target` (module docstring); the reference comes from `train` (or is
+    `reference`, a labelled strategy that need not be a candidate: a sub-pair certified against the ladder's)."""
+    accs = {s: float(train[f"correct__{s}"].mean()) for s in [*candidates, *([reference] if reference else [])]}
+    ref = reference or max(sorted(candidates, key=strategy_order, reverse=True), key=lambda s: accs[s])  # ties: costlier
     kind, value = target["kind"], float(target["value"])
     if kind == "accuracy":
         return RiskSpec("regret", (1.0 - value) * accs[ref], ref, accs[ref])
@@ -130,7 +131,7 @@ class Calibration:
             more = (f"about {self.rows_needed} are needed ({self.needed_for} at its observed risk)" if self.rows_needed
                     else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
             return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
-                    f"{more}. Falling back to always {s.reference}.")
+                    f"{more}. Falling back to always {c.member.rule.get('strategy', s.reference)}.")
         return claim_sentence(self.delta, 1, self.delta, f"{claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; "
                               f"observed {c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
 
@@ -181,12 +182,13 @@ def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, lis
 
 
 def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delta: float = DEFAULT_DELTA, *,
-            proba: pd.DataFrame | None = None, model_cost_ms=0.0) -> Calibration:
+            proba: pd.DataFrame | None = None, model_cost_ms=0.0, reference: str | None = None) -> Calibration:
     """Calibrate `router`'s rule on `calib` to `target` (module docstring). `proba`: its P(correct) on `calib`
-    (computed when None); `model_cost_ms`: added to the latency of members that read the model (a probe's pass)."""
+    (computed when None); `model_cost_ms`: added to the latency of members that read the model (a probe's pass);
+    `reference`: the regret's reference when it is not the most accurate candidate (training/sub_pairs.py)."""
     if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
         raise ConfigError(f"The `delta` parameter must be in (0, 1). Got {delta!r} instead.")
-    spec = risk_spec(target, train, router.policy.strategies)
+    spec = risk_spec(target, train, router.policy.strategies, reference)
     chains = ordered_chains(router, train, spec)
     scorer, n = Scorer(router, calib, proba, model_cost_ms), len(calib)
     scored = {}
@@ -229,8 +231,9 @@ def _choose(cal: Calibration) -> Calibration:
     if cal.feasible:
         cal.chosen = min(certified, key=_rank)
         return cal
-    ref = fixed_rule(cal.spec.reference)
-    cal.chosen = next(s for s in every if s.member.rule == ref)
+    ref = fixed_rule(cal.spec.reference)  # not a member when the reference is no candidate: the least risk instead
+    fixed = [s for s in every if s.member.rule["name"] == "fixed"]
+    cal.chosen = next((s for s in every if s.member.rule == ref), None) or min(fixed, key=lambda s: (s.risk, _rank(s)))
     promising = [s for s in every if not cal.spec.is_trivial(s.member) and s.risk < cal.spec.alpha]
     if promising:
         half = [s for s in promising if s.risk <= cal.spec.alpha / 2]

@@ -124,7 +124,7 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     from . import evaluate as pe
     from ..calibration.certify import apply_to_policy, certify
     from ..evaluate import evaluate
-    from ..steps import policy_metrics
+    from ..steps import pair_rows, policy_metrics
 
     c, net, split, policy = job.config, job.net, job.split, job.policy
     p_cal, _ = pe.predict_table(net, split.calibration)
@@ -136,7 +136,8 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     shared = SMALL_DIRECT in trained_paid
     cal = certify(pre, split.calibration, split.train, c.target, c.delta, proba=p_cal, model_cost_ms=cost)
     apply_to_policy(policy, cal)
-    ev = evaluate(pre, split.calibration, split.test, c.target, cal, proba_test=p_test, model_cost_ms=cost)
+    ev = evaluate(pre, split.calibration, split.test, c.target, cal, proba_test=p_test, model_cost_ms=cost,
+                  pair_rows=pair_rows(c, pre, split, cal))
     ev = pe.side_by_side(ev, pe.lightgbm_comparison(c, split, policy.strategies, policy.features, trained_paid,
                                                     job.labels_hash))
     ev["split"] = split.sizes()

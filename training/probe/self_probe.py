@@ -154,6 +154,16 @@ def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, 
     return SelfProbeRouter(policy, head)
 
 
+def with_large_direct(paid: list[str], labels: pd.DataFrame) -> list[str]:
+    """`paid` plus `large_direct`, whose hidden state the probe reads: on a ladder the most expensive model (always
+    named `large`) is the local model whose direct pass the climb then pays last."""
+    from routedvlm.router.ladder import paid_order
+
+    from ..fit import ladder_in
+
+    return paid if not paid or LARGE_DIRECT in paid else paid_order([*paid, LARGE_DIRECT], ladder_in(labels))
+
+
 LAYER_FRACTIONS = (1 / 3, 1 / 2, 2 / 3, 1.0)  # the candidate depths when --hidden-layers is not given
 
 
@@ -236,6 +246,7 @@ def train_self_probe(config, labels: pd.DataFrame, metadata: dict):
 
     labels_hash = metadata.get("content_hash") or content_hash(labels)
     candidates, features, paid = plan(config, labels, metadata)
+    paid = with_large_direct(paid, labels)
     labels, hidden = prepare_hidden(config, labels, metadata)
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)

@@ -148,15 +148,14 @@ class VLLMEngine(ModelSide):
         """Capture decoder `layers` (transformers indices; negative counts from the end) in every call, by vLLM's
         hidden-state extraction during the call itself (`sides/vllm_hidden.py`); must come before the engine's first
         call."""
-        vllm_hidden = _hidden_module()
-        if not self.returns_hidden_states:
+        if not self.returns_hidden_states:  # also when vllm_hidden (or vLLM) cannot be imported
             raise ModeUnavailableError(
                 f"{SPEC_PREFIX}{self.name} cannot capture hidden states: vLLM extracts them only from models with its "
                 f"EAGLE3 interface (Qwen3-VL, Qwen2.5-VL), and this checkpoint is "
                 f"{getattr(self.config, 'architectures', None)} (or vLLM is not installed). Use such a checkpoint, or "
                 "load the large model with transformers (a folder without 'vllm:').")
         text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
-        layers = vllm_hidden.normalize_layers(list(layers), int(text.num_hidden_layers))
+        layers = _hidden_module().normalize_layers(list(layers), int(text.num_hidden_layers))
         if self._driver is not None:
             if self._hidden is not None and set(layers) <= set(self._hidden[0]):
                 return  # already captured (a probe reads its layers out of `Generation.hidden`)

@@ -55,7 +55,7 @@ def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, in
     cfg = toy_label_config(dataset, out, f"vllm:{pipe.small.name}", f"vllm:{pipe.large.name}", progress=False,
                            concurrency=args.concurrency, flush_every=max(8, args.concurrency), cost=args.cost)
     for side, log in zip((pipe.small, pipe.large), logs):
-        side.request_log, side.measure_cold = log, cold and cfg.cost is None
+        side.request_log, side.measure_cold, side.priced = log, cold and cfg.cost is None, cfg.cost is not None
     try:
         summary = run_labelling(cfg, pipe=pipe)
     finally:

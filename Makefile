@@ -2,7 +2,7 @@
 # Both create .venv and install exactly the CPU lock requirements.txt (every package pinned, with hashes; torch is the
 # CPU build 2.13.0+cpu) with --no-deps, then `pip check`. `make lock` regenerates the locks from the *.in files.
 # GPU: `make gpu-env` (.venv-gpu, its own lock requirements-gpu.txt, CUDA torch), `make gpu-check`: docs/gpu.md.
-# Real vLLM: `make vllm-env` (.venv-vllm), `make vllm-up` / `make vllm-down` (toy pair servers), `make test-vllm`
+# Real vLLM: `make vllm-env` (.venv-vllm), `make vllm-up` / `make vllm-down` (toy ladder servers: small, mid, large), `make test-vllm`
 # (server tests in .venv, then `make test-vllm-engine`: the in-process engine tests in .venv-vllm).
 PYTHON ?= python3
 VENV ?= .venv
@@ -88,11 +88,12 @@ lock:
 		cat requirements-gpu.txt.tmp; } > requirements-gpu.txt && rm requirements-gpu.txt.tmp
 
 # vLLM (CPU build) in its own venv: docs/vllm.md. Pinned sets installed with --no-deps, 3 tries each: vLLM's freeze, then
-# routedvlm's own packages (hashed, versions of the CPU lock) and routedvlm itself (editable), for the in-process engine side.
-$(VLLM_STAMP): $(VLLM_DIR)/requirements.txt $(VLLM_DIR)/requirements-routedvlm.txt $(VLLM_DIR)/compat/pyproject.toml \
-		$(VLLM_DIR)/compat/vllm_cpu_compat.py pyproject.toml
+# routedvlm's own packages (hashed, versions of the CPU lock) and routedvlm itself (editable), for the in-process engine side,
+# and Ray (hashed, the CPU lock's 2.60.0) for `routedvlm label --ray` on engine sides.
+$(VLLM_STAMP): $(VLLM_DIR)/requirements.txt $(VLLM_DIR)/requirements-routedvlm.txt $(VLLM_DIR)/requirements-ray.txt \
+		$(VLLM_DIR)/compat/pyproject.toml $(VLLM_DIR)/compat/vllm_cpu_compat.py pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
-	for r in requirements.txt requirements-routedvlm.txt; do for i in 1 2 3; do \
+	for r in requirements.txt requirements-routedvlm.txt requirements-ray.txt; do for i in 1 2 3; do \
 		$(VLLM_VENV)/bin/pip install --retries 10 --timeout 120 --no-deps -r $(VLLM_DIR)/$$r && break; \
 		[ $$i = 3 ] && exit 1; echo "pip install -r $$r failed (try $$i of 3); retrying in 20 s"; sleep 20; done; done
 	$(VLLM_VENV)/bin/pip install --no-deps --no-build-isolation --force-reinstall ./$(VLLM_DIR)/compat

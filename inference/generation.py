@@ -134,6 +134,13 @@ def encode_images(model, inputs: dict):
     return rest, {"image": feats}, ms
 
 
+def cache_kwarg(model) -> str:
+    """The name of the KV-cache argument of `model`'s forward (and so of `generate`): `cache` in transformers 5.2x,
+    `past_key_values` before (the version vLLM's CPU build pins, where the engine side's tests also run `VLM`)."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: int = 0, cache=None,
                    eos_token_id=None, features=None) -> Generation:
     """Greedy generation of up to `max_new_tokens` tokens from `inputs` (a processor output as a dict).
@@ -177,7 +184,7 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     t0 = now()
     with torch.inference_mode():
         out = model.generate(
-            **inputs, **extra, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+            **inputs, **extra, **{cache_kwarg(model): cache}, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([rec]),
             return_dict_in_generate=True,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .generation import Generation, common_prefix_len, continue_from, prefill_prefix, timed_generate
+from .generation import Generation, cache_kwarg, common_prefix_len, continue_from, prefill_prefix, timed_generate
 
 
 def record(stage: str, side: str, vlm, mode: str, gen: Generation, **extra) -> dict:
@@ -209,7 +209,8 @@ class LargePrompt:
         model.set_attn_implementation("eager")
         try:
             with torch.inference_mode():
-                out = model(input_ids=full[:, n:], cache=cache, use_cache=True, output_attentions=True)
+                out = model(input_ids=full[:, n:], **{cache_kwarg(model): cache}, use_cache=True,
+                            output_attentions=True)
         finally:
             model.set_attn_implementation(previous)
         ms = (time.perf_counter() - t0) * 1000

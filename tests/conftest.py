@@ -12,10 +12,13 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 import pytest  # noqa: E402 - after the environment above
 
 
+VLLM_PORTS = {"small": ("VLLM_PORT_SMALL", 8102), "mid": ("VLLM_PORT_MID", 8103), "large": ("VLLM_PORT_LARGE", 8101)}
+
+
 def vllm_url(side: str) -> str:
-    """Base URL of the toy pair's vLLM server (`make vllm-up`; ports from $VLLM_PORT_SMALL / $VLLM_PORT_LARGE)."""
-    port = os.environ.get("VLLM_PORT_SMALL" if side == "small" else "VLLM_PORT_LARGE", 8102 if side == "small" else 8101)
-    return f"http://127.0.0.1:{port}/v1"
+    """Base URL of a toy ladder's vLLM server (`make vllm-up`; ports from $VLLM_PORT_SMALL / _MID / _LARGE)."""
+    var, default = VLLM_PORTS[side]
+    return f"http://127.0.0.1:{os.environ.get(var, default)}/v1"
 
 
 def vllm_servers_script():

@@ -30,8 +30,8 @@ EXCEPTIONS = {
     "router/lora_probe/router.py": {"inference"},
     "router/lora_probe/net.py": {"inference"},
     # the self-probe's training inputs are recomputed by the pipeline RoutedVLM runs (CollaborativePipeline with
-    # the hidden-state capture on), so training and run-time inputs are the same numbers.
-    "training/probe/self_probe.py": {"inference"},
+    # the hidden-state capture on, transformers or a vLLM engine), so training and run-time inputs are the same numbers.
+    "training/probe/hidden_states.py": {"inference"},
     # composition roots: the demo and the CLI wire every package together.
     "training/demo/cli.py": {"inference"},
     "training/demo/toy.py": {"inference"},

@@ -12,12 +12,14 @@ from dataclasses import MISSING, fields
 EPILOG = """examples:
   routedvlm label --small Qwen/Qwen3-VL-2B-Thinking --large Qwen/Qwen3-VL-8B-Instruct \\
       --dataset lmms-lab/ChartQA --limit 500 --out labels.parquet --dtype bfloat16
-  routedvlm label --small http://127.0.0.1:8102/v1#toy-small --large http://127.0.0.1:8101/v1#toy-large \
+  routedvlm label --small http://127.0.0.1:8102/v1#toy-small --large http://127.0.0.1:8101/v1#toy-large \\
       --dataset toy.parquet --adapter toyworld --k-grid 4,8,16 --out labels.parquet     (models served by vLLM)
   routedvlm label ... --shard 0/4 --out part0.parquet      (one of four machines; same flags elsewhere)
   routedvlm label ... --resume                              (finish an interrupted run)
   routedvlm label --small http://h:8002/v1#small --large http://h:8001/v1#large ... --concurrency 32 --cost profile.json
   routedvlm label ... --ray --num-workers 8 --gpus-per-worker 1   (a Ray cluster; --ray-address auto to join one)
+  ROUTEDVLM_VLLM_ENGINE_ARGS='{"gpu_memory_utilization": 0.4}' routedvlm label --small vllm:/ckpt/small \\
+      --large vllm:/ckpt/large ... --ray --gpus-per-worker 1   (in-process vLLM engines: two per worker, one GPU each worker)
   routedvlm label merge labels.parquet part0.parquet part1.parquet part2.parquet part3.parquet
 
 a ladder of three or more models (cheapest first; named small, mid, large; labels schema version 2):

@@ -107,12 +107,15 @@ class LabelConfig:
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
                                     "when both sides are servers, else 1; local models run one sample at a time)"})
     ray: bool = field(default=False, metadata={"help": "label on a Ray cluster (pip install routedvlm[ray]): an actor "
-                      "pool, one pipeline per worker"})
+                      "pool, one pipeline per worker; with 'vllm:<folder>' sides each worker loads its own two engines "
+                      "once and keeps --concurrency samples in flight on them (docs/scale.md)"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join, e.g. 'auto' or "
                                     "'ray://head:10001' (default: start a local one)"})
     num_workers: int | None = field(default=None, metadata={"help": "Ray workers (default: cluster GPUs / "
                                     "--gpus-per-worker, else cluster CPUs)"})
-    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray worker (its models run on them)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray worker (its models run on them; "
+                                   "'vllm:' sides: both engines share the worker's GPU, so give each a "
+                                   "gpu_memory_utilization in $ROUTEDVLM_VLLM_ENGINE_ARGS, e.g. '{\"gpu_memory_utilization\": 0.4}')"})
 
     def __post_init__(self) -> None:
         self._resolve_ladder()

@@ -1,11 +1,16 @@
 """`routedvlm label --ray`: the same per-sample labelling on a Ray cluster (`pip install routedvlm[ray]`).
 
-An actor pool: each worker (one Ray actor, `--gpus-per-worker` GPUs) loads one pipeline (local models on its GPUs,
-or remote sides) and labels small work units of samples; the driver hands a worker its next unit as soon as it
-returns one (a slow worker never holds the run) and stores every returned unit as an atomic part in the usual
-parts folder, so `--resume` works across Ray and plain runs alike. A worker that dies (its process, its node)
-is replaced and its unit goes back to the queue. Ray is imported only here, only when `--ray` is given.
-Workers read the data set themselves: a local path must exist on every node (hub ids always do).
+An actor pool: each worker (one Ray actor, `--gpus-per-worker` GPUs) loads one pipeline once (local models on its
+GPUs, in-process vLLM engines 'vllm:<folder>', or remote sides) and labels small work units of samples; the driver
+hands a worker its next unit as soon as it returns one (a slow worker never holds the run) and stores every returned
+unit as an atomic part in the usual parts folder, so `--resume` works across Ray and plain runs alike. Sides that
+batch (engines, servers) get several units in flight per worker, up to `--concurrency` samples, so the engine's
+batch stays full while units stay small: each unit's calls join the same running batch (runner.label_unit). A
+worker that dies (its process, its node) is replaced and its units in flight go back to the queue: a kill loses at
+most those. Ray is imported only here, only when `--ray` is given. Workers read the data set themselves: a local
+path must exist on every node (hub ids always do); engine and Hub settings of the driver's environment (VLLM_*,
+ROUTEDVLM_*, HF_*, OMP_NUM_THREADS) are passed to the workers. Why an actor pool and not Ray Data's LLM
+processors: docs/DESIGN.md (Scale), measured by benchmarks/bench_engine_scaleout.py.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from routedvlm.errors import ConfigError, LabelsError, SideUnavailableError
 log = logging.getLogger(__name__)
 MAX_REPLACEMENTS = 3  # per worker slot: a worker that dies more often than this ends the run
 UNITS_PER_WORKER = 4  # at least this many units per worker, so that the fast ones take over the slow ones' work
+FORWARDED_ENV = ("VLLM_", "ROUTEDVLM_", "HF_", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 
 
 def import_ray():
@@ -44,6 +50,7 @@ class LabelWorker:
         if self.cfg.device in ("auto", "cpu") and not _gpu_ids():
             _cpu_threads()
         self.pipe, self.device = load_pipeline(self.cfg)
+        _start_engines(self.pipe)  # an engine side builds its engine now, once per worker, not inside the first unit
         self.source, _, self.load = open_source(self.cfg)
         self.stage_ms, _ = stage_cost(self.cfg, "unused")
 
@@ -59,11 +66,33 @@ class LabelWorker:
         return build_metadata(LabelConfig(**run_cfg_fields), self.pipe, self.device, self.source, cost_meta)
 
     def label(self, unit: list) -> list:
-        from .runner import label_rows
+        from .runner import label_unit
 
-        rows = []
-        label_rows(self.pipe, self.cfg, [tuple(x) for x in unit], self.load, self.stage_ms, rows.append)
-        return rows
+        return label_unit(self.pipe, self.cfg, unit, self.load, self.stage_ms)
+
+    def close(self) -> None:
+        """Stop the engines this worker started (their processes end with them)."""
+        for side in _sides(self.pipe):
+            close = getattr(side, "close", None)
+            if callable(close):
+                close()
+
+
+def _sides(pipe) -> list:
+    sides = [pipe.small, pipe.large]
+    return sides + [s.reasoner for s in sides if getattr(s, "reasoner", None) is not None]
+
+
+def _start_engines(pipe) -> None:
+    """Build every engine side's engine (`VLLMEngine.driver` is built on first use): a worker that cannot load its
+    engines fails in its creation task, before it is handed any unit."""
+    for side in _sides(pipe):
+        if not side.stateful and hasattr(type(side), "driver"):
+            side.driver  # noqa: B018 - the property builds the engine
+
+
+def _worker_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
 
 
 def _gpu_ids() -> list:
@@ -102,7 +131,10 @@ class RayLabeller:
             self._started_cluster = True
         n = self._num_workers()
         self.cfg.num_workers = n
-        self._actor = ray.remote(num_cpus=1, num_gpus=float(self.cfg.gpus_per_worker), max_restarts=0)(LabelWorker)
+        self.slots = units_in_flight(self.cfg)
+        self._actor = ray.remote(num_cpus=1, num_gpus=float(self.cfg.gpus_per_worker), max_restarts=0,
+                                 max_concurrency=self.slots + 1,  # + 1: close() while units run
+                                 runtime_env={"env_vars": _worker_env()})(LabelWorker)
         self.workers = [self._start(i) for i in range(n)]
         for worker in list(self.workers):
             self._hello(worker)
@@ -110,9 +142,20 @@ class RayLabeller:
         return self
 
     def __exit__(self, *exc) -> None:
+        ray = self.ray
+        closing = []
         for w in self.workers:
             try:
-                self.ray.kill(w["actor"])
+                closing.append(w["actor"].close.remote())
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=60)
+        except Exception:  # noqa: BLE001 - a dead worker has nothing to close
+            pass
+        for w in self.workers:
+            try:
+                ray.kill(w["actor"])
             except Exception:  # noqa: BLE001 - already dead
                 pass
         if self._started_cluster:
@@ -185,11 +228,11 @@ class RayLabeller:
         t0, ray = time.monotonic(), self.ray
         size = max(1, min(int(self.cfg.flush_every), math.ceil(len(todo) / (len(self.workers) * UNITS_PER_WORKER))))
         queue = deque([list(todo[i:i + size]) for i in range(0, len(todo), size)])
-        running = {}
+        running = {}  # ObjectRef -> (worker, unit)
         sink = RowSink(store, 1, len(todo), self.cfg.progress, desc="labelling (ray)")
         try:
             for w in list(self.workers):
-                self._submit(w, queue, running)
+                self._fill(w, queue, running)
             while running:
                 ready, _ = ray.wait(list(running), num_returns=1)
                 worker, unit = running.pop(ready[0])
@@ -198,7 +241,8 @@ class RayLabeller:
                 except ray.exceptions.RayActorError as exc:
                     if "creation task" in str(exc):  # a replacement that cannot load its models
                         raise LabelsError(f"a Ray worker could not load the pipeline: {_short(exc)}") from None
-                    queue.appendleft(unit)
+                    lost = [unit] + [running.pop(ref)[1] for ref in [r for r, (w, _) in running.items() if w is worker]]
+                    queue.extendleft(reversed(lost))  # every unit the dead worker held, first in the queue
                     worker = self._replace(worker, _short(exc), hello=False)  # the others go on while it loads
                 except ray.exceptions.RayTaskError as exc:
                     if isinstance(getattr(exc, "cause", None), SideUnavailableError):  # a server's outage: job.py stops
@@ -206,15 +250,28 @@ class RayLabeller:
                     raise LabelsError(f"a Ray worker failed: {_short(exc)}") from None
                 else:
                     sink.add(rows, workers=len(self.workers))
-                self._submit(worker, queue, running)
+                self._fill(worker, queue, running)
         finally:
             sink.close()
         return time.monotonic() - t0
 
-    def _submit(self, worker: dict, queue: deque, running: dict) -> None:
-        if queue:
+    def _fill(self, worker: dict, queue: deque, running: dict) -> None:
+        """Give `worker` units until it holds `self.slots` of them (or the queue is empty)."""
+        held = sum(1 for w, _ in running.values() if w is worker)
+        while queue and held < self.slots:
             unit = queue.popleft()
             running[worker["actor"].label.remote(unit)] = (worker, unit)
+            held += 1
+
+
+def units_in_flight(cfg) -> int:
+    """Units a worker holds at once: 1 when a side serves one sample at a time (a local model), else enough units of
+    `flush_every` samples to keep `--concurrency` samples in flight on its engines or servers."""
+    from .config import both_batching
+
+    if not both_batching(cfg):
+        return 1
+    return max(1, math.ceil(int(cfg.concurrency) / int(cfg.flush_every)))
 
 
 def _short(exc) -> str:

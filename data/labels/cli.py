@@ -1,6 +1,6 @@
 """`routedvlm labels validate FILE [--json] [--strict]`: check a labels file (or folder / glob of parquet files)
-against schema version 1. `routedvlm labels import-outcomes --layout routellm|mmr-bench CSV --out labels.parquet`:
-a published two-model outcome table as direct-only labels (outcomes.py).
+against its schema. `routedvlm labels import-outcomes --layout routellm|mmr-bench|routerbench TABLE --out
+labels.parquet`: a published outcome table of N >= 2 models as direct-only labels of a ladder (outcomes.py).
 
 Prints every problem (exit 1) or a one-line summary (exit 0); metadata problems of a table another tool wrote or
 filtered (no `routedvlm` metadata, a stale content hash) are warnings, problems with `--strict`. A missing or
@@ -13,7 +13,8 @@ import json
 import sys
 
 EPILOG = ("examples: routedvlm labels validate labels.parquet --json\n          routedvlm labels validate ray_out/ --strict\n"
-          "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet")
+          "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet\n"
+          "          routedvlm labels import-outcomes --layout mmr-bench mmr.csv --order 2B 4B 8B --out mmr.parquet")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,15 +26,21 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print a JSON report instead of text")
     v.add_argument("--strict", action="store_true", help="also require the routedvlm metadata and a matching content "
                    "hash (what write_labels writes)")
-    i = sub.add_parser("import-outcomes", help="a two-model outcome table (CSV) as direct-only labels", epilog=EPILOG)
-    i.add_argument("file", metavar="CSV", help="the outcome table")
-    i.add_argument("--layout", required=True, choices=("mmr-bench", "routellm"), help="the table's column layout")
+    i = sub.add_parser("import-outcomes", help="an outcome table of N >= 2 models (CSV or parquet) as direct-only "
+                       "labels", epilog=EPILOG)
+    i.add_argument("file", metavar="TABLE", help="the outcome table (.csv, or .parquet)")
+    i.add_argument("--layout", required=True, choices=("mmr-bench", "routellm", "routerbench"),
+                   help="the table's column layout")
+    i.add_argument("--order", nargs="+", metavar="MODEL", help="the models to import, cheapest first (they become "
+                   "small, mid..., large; default: every model, by mean cost)")
+    i.add_argument("--min-score", type=float, default=0.5, help="routerbench layout: a score counts as correct from "
+                   "this value (default 0.5)")
     i.add_argument("--out", required=True, help="the labels.parquet to write")
-    i.add_argument("--small", help="the cheaper model's column name (default: RouteLLM's weak model, or the lower "
-                   "mean cost)")
+    i.add_argument("--small", help="two models: the cheaper model's column name (default: RouteLLM's weak model, or "
+                   "the lower mean cost)")
     i.add_argument("--dataset", default="imported", help="the `dataset` value of every row")
-    i.add_argument("--ms-per-token", default="", help="routellm layout: price per response token, e.g. "
-                   "'small=10,large=30' (the default)")
+    i.add_argument("--ms-per-token", default="", help="routellm layout: price per response token by alias or model, "
+                   "e.g. 'small=10,large=30' (the default; middle models evenly between)")
     return p
 
 
@@ -51,15 +58,15 @@ def import_command(args) -> int:
         raise ConfigError(f"`--ms-per-token` must look like 'small=10,large=30'. Got {args.ms_per_token!r} "
                           "instead.") from exc
     try:
-        df = pd.read_csv(args.file)
-    except (OSError, pd.errors.ParserError) as exc:
+        df = pd.read_parquet(args.file) if str(args.file).endswith(".parquet") else pd.read_csv(args.file)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise LabelsError(f"Cannot read the outcome table {args.file!r}: {exc}") from exc
-    labels = import_outcomes(df, args.layout, small=args.small, dataset=args.dataset, ms_per_token=prices)
+    labels = import_outcomes(df, args.layout, order=args.order, small=args.small, dataset=args.dataset,
+                             ms_per_token=prices, min_score=args.min_score)
     write_labels(labels, args.out, outcome_metadata(labels, args.layout, args.file))
-    m = labels.attrs["models"]
-    print(f"wrote {len(labels)} rows to {args.out}: small_direct = {m['small']} (accuracy "
-          f"{labels['correct__small_direct'].mean():.3f}), large_direct = {m['large']} (accuracy "
-          f"{labels['correct__large_direct'].mean():.3f})")
+    parts = [f"{a}_direct = {m} (accuracy {labels[f'correct__{a}_direct'].mean():.3f})"
+             for a, m in labels.attrs["models"].items()]
+    print(f"wrote {len(labels)} rows to {args.out}: " + ", ".join(parts))
     return 0
 
 

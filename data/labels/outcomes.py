@@ -1,16 +1,22 @@
 """Published per-prompt outcome tables -> direct-only labels (`routedvlm labels import-outcomes`).
 
-Two layouts (engines-and-audit notes, "Outcome tables"):
+Three layouts (engines-and-audit notes, "Outcome tables"), each with one correctness and one cost (or response
+length) column per model, N >= 2 models:
 - `routellm` (lm-sys/RouteLLM `evals/<task>/*_responses.csv`): `prompt`, one True/False column per model and
   `<model>_response` (the full answer; a slice may carry only its length, `<model>_response_chars`);
-- `mmr-bench`: `question` (or `prompt`), per model `<M>_correct` and `<M>_cost`.
-Two models map onto `small_direct` (the cheaper one) and `large_direct`; more than two are refused for now.
-Costs (`latency_ms__<s>`): the table's `<M>_cost` (mmr-bench), else the response length in tokens (characters / 4)
-x a per-model ms-per-token price (`ms_per_token`; defaults: small 10, large 30). Features: prompt features only
-(inference/features.py, the code the runtime runs), the image-free ones.
+- `mmr-bench`: `question` (or `prompt`), per model `<M>_correct` and `<M>_cost`;
+- `routerbench` (withmartian/routerbench, its wide table saved as CSV or parquet; the published pickle is not read):
+  `sample_id`, `prompt` (the repr of a list of turns, joined), `eval_name`, per model `<M>` (a score in [0, 1];
+  correct when >= `min_score`), `<M>|model_response` and `<M>|total_cost`.
+The models, ordered cheapest first (`order`, or by mean cost), map onto the ladder aliases (`small`, `mid`/`mid<i>`,
+`large`: `router/strategies.ladder_aliases`) as `<alias>_direct`. Costs (`latency_ms__<s>`): the table's cost column
+(mmr-bench, routerbench), else the response length in tokens (characters / 4) x a ms-per-token price per alias or
+model name (`ms_per_token`; defaults: small 10, large 30, middle models evenly between). Features: prompt features
+only (inference/features.py, the code the runtime runs), the image-free ones.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 
@@ -19,9 +25,10 @@ import pandas as pd
 
 from routedvlm.errors import LabelsError
 
-LAYOUTS = ("mmr-bench", "routellm")
+LAYOUTS = ("mmr-bench", "routellm", "routerbench")
 DEFAULT_MS_PER_TOKEN = {"small": 10.0, "large": 30.0}
-KNOWN_LARGE = ("gpt-4-1106-preview",)  # RouteLLM's strong model: the large side when --small is not given
+KNOWN_LARGE = ("gpt-4-1106-preview",)  # RouteLLM's strong model: the large side when no order is given
+ROUTERBENCH_COST, ROUTERBENCH_RESPONSE = "|total_cost", "|model_response"
 
 
 def model_columns(df: pd.DataFrame, layout: str) -> list[str]:
@@ -30,6 +37,8 @@ def model_columns(df: pd.DataFrame, layout: str) -> list[str]:
         return [c for c in df.columns if f"{c}_response" in df.columns or f"{c}_response_chars" in df.columns]
     if layout == "mmr-bench":
         return [c[: -len("_correct")] for c in df.columns if c.endswith("_correct") and f"{c[:-8]}_cost" in df.columns]
+    if layout == "routerbench":
+        return [c for c in df.columns if f"{c}{ROUTERBENCH_COST}" in df.columns and c in df.columns]
     raise LabelsError(f"The `layout` parameter must be one of {', '.join(LAYOUTS)}. Got {layout!r} instead.")
 
 
@@ -42,9 +51,24 @@ def _bool(series: pd.Series, name: str) -> np.ndarray:
     return text.isin(["true", "1", "1.0"]).to_numpy()
 
 
+def _correct(df: pd.DataFrame, layout: str, model: str, min_score: float) -> np.ndarray:
+    if layout == "routellm":
+        return _bool(df[model], model)
+    if layout == "mmr-bench":
+        return _bool(df[f"{model}_correct"], f"{model}_correct")
+    score = pd.to_numeric(df[model], errors="coerce").to_numpy(dtype=float)
+    bad = np.isnan(score) | (score < 0) | (score > 1)
+    if bad.any():
+        raise LabelsError(f"Column {model!r} must hold scores in [0, 1] (RouterBench layout); row {int(np.argmax(bad))} "
+                          f"has {df[model].iloc[int(np.argmax(bad))]!r}. Drop those rows or check the --layout.")
+    return score >= min_score
+
+
 def _costs(df: pd.DataFrame, layout: str, model: str, ms_per_token: float) -> np.ndarray:
     if layout == "mmr-bench":
         return pd.to_numeric(df[f"{model}_cost"], errors="coerce").to_numpy(dtype=float)
+    if layout == "routerbench":
+        return pd.to_numeric(df[f"{model}{ROUTERBENCH_COST}"], errors="coerce").to_numpy(dtype=float)
     return response_chars(df, model) / 4.0 * ms_per_token
 
 
@@ -55,61 +79,109 @@ def response_chars(df: pd.DataFrame, model: str) -> np.ndarray:
     return pd.to_numeric(df[f"{model}_response_chars"], errors="coerce").fillna(0).to_numpy(dtype=float)
 
 
-def import_outcomes(df: pd.DataFrame, layout: str, *, small: str | None = None, dataset: str = "imported",
-                    ms_per_token: dict | None = None) -> pd.DataFrame:
-    """A direct-only labels table (schema version 1) from an outcome table in `layout` (module docstring).
-    `small`: the cheaper model (default: the lower mean cost, or RouteLLM's known weak model)."""
+def _responses(df: pd.DataFrame, layout: str, model: str):
+    col = f"{model}{ROUTERBENCH_RESPONSE}" if layout == "routerbench" else f"{model}_response"
+    return df[col].fillna("").astype(str).str[-200:].to_numpy() if col in df.columns else ""
+
+
+def _prompt_text(raw) -> str:
+    """RouterBench stores a prompt as the repr of its list of turns; other text is kept as it is."""
+    text = "" if raw is None or (isinstance(raw, float) and np.isnan(raw)) else str(raw)
+    if text.startswith("["):
+        try:
+            turns = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+        if isinstance(turns, (list, tuple)):
+            return "\n\n".join(str(t) for t in turns)
+    return text
+
+
+def default_prices(aliases) -> dict[str, float]:
+    """ms per response token of each alias: small 10, large 30, the middle ones evenly between."""
+    lo, hi, n = DEFAULT_MS_PER_TOKEN["small"], DEFAULT_MS_PER_TOKEN["large"], len(aliases)
+    return {a: lo + (hi - lo) * i / (n - 1) for i, a in enumerate(aliases)}
+
+
+def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | None = None, dataset: str = "imported",
+                    ms_per_token: dict | None = None, min_score: float = 0.5) -> pd.DataFrame:
+    """A direct-only labels table from an outcome table in `layout` (module docstring). `order`: the table's models
+    cheapest first (all of them or the ones to keep; default: by mean cost, or RouteLLM's known strong model last for
+    two); `small`: the cheaper model of a two-model table (the older spelling of `order`). The ladder is in
+    `labels.attrs["ladder"]` (aliases) and `labels.attrs["models"]` (alias -> the table's model name)."""
     from routedvlm.data.labels.schema import compute_labels
     from routedvlm.inference.features import compute_features, feature_names
+    from routedvlm.router.strategies import MAX_LADDER, ladder_aliases
 
-    models = model_columns(df, layout)
-    if len(models) != 2:
-        raise LabelsError(f"import-outcomes maps exactly two models onto small_direct/large_direct; the table has "
-                          f"{len(models)}: {models}. Keep two model columns (N-model import is issue 30).")
-    prices = {**DEFAULT_MS_PER_TOKEN, **(ms_per_token or {})}
+    models = _ordered(df, layout, model_columns(df, layout), order, small)
+    if not 2 <= len(models) <= MAX_LADDER:
+        raise LabelsError(f"import-outcomes needs 2 to {MAX_LADDER} model columns; the table has {len(models)}: "
+                          f"{models}. Check the --layout, or keep fewer models with --order.")
+    aliases = ladder_aliases(len(models))
+    prices = {**default_prices(aliases), **(ms_per_token or {})}
+    unknown = sorted(set(ms_per_token or {}) - set(aliases) - set(models))
+    if unknown:
+        raise LabelsError(f"`--ms-per-token` names {unknown}, which are neither ladder aliases {list(aliases)} nor "
+                          f"models of the table {models}.")
     question_col = "prompt" if "prompt" in df.columns else "question"
     if question_col not in df.columns:
         raise LabelsError(f"The table has no `prompt` or `question` column (columns: {list(df.columns)[:8]}).")
-    if small is None:
-        small = _cheaper(df, layout, models)
-    if small not in models:
-        raise LabelsError(f"`--small` must be one of the table's models {models}. Got {small!r} instead.")
-    large = next(m for m in models if m != small)
-    questions = df[question_col].fillna("").astype(str)
-    ids = [hashlib.sha256(q.encode()).hexdigest()[:16] for q in questions]
-    out = pd.DataFrame({"sample_id": [f"{dataset}-{i:05d}-{h}" for i, h in enumerate(ids)], "dataset": dataset,
-                        "task_type": "open", "question": questions.to_numpy(), "reference": json.dumps([])})
-    for strategy, model, side in (("small_direct", small, "small"), ("large_direct", large, "large")):
-        correct = _bool(df[model if layout == "routellm" else f"{model}_correct"], model)
-        out[f"answer__{strategy}"] = (df[f"{model}_response"].fillna("").astype(str).str[-200:].to_numpy()
-                                      if f"{model}_response" in df.columns else "")
-        out[f"correct__{strategy}"] = correct
-        out[f"latency_ms__{strategy}"] = _costs(df, layout, model, prices[side])
+    questions = df[question_col].map(_prompt_text)
+    ids = ([str(s) for s in df["sample_id"]] if layout == "routerbench" and "sample_id" in df.columns else
+           [f"{dataset}-{i:05d}-{hashlib.sha256(q.encode()).hexdigest()[:16]}" for i, q in enumerate(questions)])
+    out = pd.DataFrame({"sample_id": ids, "dataset": dataset, "task_type": "open", "question": questions.to_numpy(),
+                        "reference": json.dumps([])})
+    for alias, model in zip(aliases, models):
+        strategy = f"{alias}_direct"
+        out[f"answer__{strategy}"] = _responses(df, layout, model)
+        out[f"correct__{strategy}"] = _correct(df, layout, model, min_score)
+        out[f"latency_ms__{strategy}"] = _costs(df, layout, model, prices.get(model, prices[alias]))
         out[f"output_tokens__{strategy}"] = np.round(_costs(df, layout, model, 1.0) if layout == "routellm"
                                                      else np.zeros(len(df))).astype(int)
     names = [n for n in feature_names(("prompt",)) if "image" not in n]
     feats = pd.DataFrame([compute_features(q, (), {}, names) for q in questions], index=out.index)
     out = pd.concat([out, feats.astype(float)], axis=1)
-    out["label"] = compute_labels(out, ["small_direct", "large_direct"]).to_numpy()
-    out.attrs["models"] = {"small": small, "large": large}
+    out["label"] = compute_labels(out, [f"{a}_direct" for a in aliases]).to_numpy()
+    out.attrs["models"] = dict(zip(aliases, models))
+    out.attrs["ladder"] = list(aliases)
     return out
 
 
-def _cheaper(df: pd.DataFrame, layout: str, models: list[str]) -> str:
+def _ordered(df: pd.DataFrame, layout: str, models: list[str], order, small) -> list[str]:
+    """The models to import, cheapest first."""
+    if order:
+        order = list(order)
+        missing = [m for m in order if m not in models]
+        if missing or len(set(order)) != len(order):
+            raise LabelsError(f"`--order` must list distinct models of the table {models}, cheapest first. Got "
+                              f"{order!r} instead.")
+        return order
+    if small is not None:
+        if small not in models:
+            raise LabelsError(f"`--small` must be one of the table's models {models}. Got {small!r} instead.")
+        if len(models) != 2:
+            raise LabelsError(f"`--small` names the cheaper of two models; the table has {len(models)}: {models}. "
+                              "Give them all cheapest first with --order.")
+        return [small, next(m for m in models if m != small)]
     if layout == "routellm":
         known = [m for m in models if m.split("/")[-1] in KNOWN_LARGE]
-        if len(known) == 1:
-            return next(m for m in models if m not in known)
-        raise LabelsError(f"Cannot tell which of {models} is the cheaper model; name it with --small.")
-    means = {m: float(pd.to_numeric(df[f"{m}_cost"], errors="coerce").mean()) for m in models}
-    return min(models, key=lambda m: means[m])
+        if len(models) == 2 and len(known) == 1:
+            return [next(m for m in models if m not in known), known[0]]
+        raise LabelsError(f"Cannot tell the cost order of {models} (the RouteLLM layout has no cost column); name the "
+                          "models cheapest first with --order (or the cheaper of two with --small).")
+    means = {m: float(np.nanmean(_costs(df, layout, m, 1.0))) if len(df) else 0.0 for m in models}
+    return sorted(models, key=lambda m: (means[m], models.index(m)))
 
 
 def outcome_metadata(labels: pd.DataFrame, layout: str, source: str) -> dict:
-    """The `routedvlm` parquet metadata of imported labels."""
+    """The `routedvlm` parquet metadata of imported labels (`ladder` and `models` keyed by alias)."""
     models = labels.attrs.get("models", {})
-    return {"models": {k: {"name": v, "revision": None, "dtype": "n/a", "device": "n/a"} for k, v in models.items()},
-            "candidates": ["small_direct", "large_direct"], "prompt_template": {"name": "none", "text": None,
-                                                                                "instructions": None},
+    ladder = labels.attrs.get("ladder", list(models))
+    meta = {"models": {k: {"name": v, "revision": None, "dtype": "n/a", "device": "n/a"} for k, v in models.items()},
+            "candidates": [f"{a}_direct" for a in ladder], "prompt_template": {"name": "none", "text": None,
+                                                                               "instructions": None},
             "execution": f"imported outcome table ({layout})", "source_path": str(source),
             "costs": "response tokens (chars / 4) x ms per token" if layout == "routellm" else "the table's cost"}
+    if len(ladder) > 2:
+        meta["ladder"] = list(ladder)
+    return meta

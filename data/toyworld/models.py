@@ -42,6 +42,8 @@ class SideSpec:
 
 SIDES = {
     "small": SideSpec(hidden=64, layers=2, heads=4, kv_heads=2, ffn=256, vision_dim=32, vision_depth=1),
+    # mid: the small's widths with a third layer (head size 16, padded exactly like the small's); issue 30's ladder.
+    "mid": SideSpec(hidden=64, layers=3, heads=4, kv_heads=2, ffn=256, vision_dim=32, vision_depth=1),
     "large": SideSpec(hidden=96, layers=4, heads=4, kv_heads=2, ffn=256, vision_dim=32, vision_depth=1),
 }
 

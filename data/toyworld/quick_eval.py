@@ -102,6 +102,29 @@ def evaluate(ckpt, n: int, seed: int, n_timed: int):
     return samples, res, lat
 
 
+def evaluate_ladder(ckpt, n: int, seed: int, n_timed: int, aliases=("small", "mid", "large")):
+    """Direct and reasoning accuracy of every side of a ladder (cheapest first), the transfer of each side's full
+    reasoning to every more expensive side (`transfer_<a>_<b>_all`), and single-sample latency of each side's modes."""
+    import torch
+
+    torch.set_num_threads(1)
+    ckpt = pathlib.Path(ckpt)
+    sides = {a: Side(ckpt / a) for a in aliases}
+    samples = make_samples("eval", n, seed)
+    qs = [s.question for s in samples]
+    res, lat, timed = {}, {}, samples[:n_timed]
+    for a, side in sides.items():
+        for mode, thinking in (("direct", False), ("reason", True)):
+            res[f"{a}_{mode}"] = run_strategy(side, samples, qs, thinking)
+            lat[f"{a}_{mode}"] = time_strategy(side, timed, qs, thinking) if n_timed else (float("nan"),) * 2
+    for i, a in enumerate(aliases):
+        reasoning = [r for r, _ in res[f"{a}_reason"]]
+        for b in aliases[i + 1:]:
+            tq = [M.transfer_question(q, r) for q, r in zip(qs, reasoning)]
+            res[f"transfer_{a}_{b}_all"] = run_strategy(sides[b], samples, tq, False)
+    return samples, res, lat
+
+
 def table(samples, res, lat) -> str:
     gold = np.array([s.answer for s in samples])
     hard = np.array([s.hard for s in samples])
@@ -124,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=500, help="eval-split samples")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timed", type=int, default=40, help="samples timed one at a time for latency")
+    p.add_argument("--ladder", nargs="+", default=None, metavar="ALIAS",
+                   help="evaluate these checkpoint folders as a ladder, cheapest first (e.g. small mid large)")
     args = p.parse_args(argv)
     t0 = time.time()
-    samples, res, lat = evaluate(args.ckpt, args.n, args.seed, args.timed)
+    if args.ladder:
+        samples, res, lat = evaluate_ladder(args.ckpt, args.n, args.seed, args.timed, tuple(args.ladder))
+    else:
+        samples, res, lat = evaluate(args.ckpt, args.n, args.seed, args.timed)
     print(table(samples, res, lat))
     print(f"({len(samples)} eval samples, latency over the first {args.timed}; {time.time() - t0:.0f}s)", file=sys.stderr)
     return 0

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import models as M
+from . import qwen3vl as Q3
 from .padding import pad_qwen2vl
 from .task import N_SLOTS, make_samples
 
 log = logging.getLogger(__name__)
 HINT_PREFIXES = (4, 8, 16, 32, None)  # None = all of the reasoning
-SIDE_IDS = {"small": 1, "large": 2}
+SIDE_IDS = {"small": 1, "large": 2, Q3.SIDE: 3, "mid": 4}  # seed slots; 3 is also the phase-3 hint pool's (the Qwen3-VL large has one phase)
 SAVED_HIDDEN = 128  # the shipped (padded) text hidden size: head size 32, in vLLM-CPU's list
 
 
@@ -71,11 +72,16 @@ class TrainConfig:
 
 RECIPES = {
     "small": TrainConfig(steps=600, batch=64, lr=3e-3, mix=(0.15, 0.85, 0.0)),
+    # Between the two (issue 30's ladder): one phase, more direct practice than the small, some transfer examples
+    # (synthetic hints) so it can take the small's reasoning.
+    "mid": TrainConfig(steps=800, batch=64, lr=3e-3, mix=(0.25, 0.6, 0.15)),
     # Phase 3 (NOTES.md, step 8): no direct examples on hard samples; transfer hints = the small's own reasoning.
     "large": TrainConfig(steps=1000, batch=32, lr=2.5e-3, mix=(0.4, 0.3, 0.3),
                          steps2=600, lr2=1.5e-3, mix2=(0.35, 0.45, 0.2),
                          steps3=300, lr3=5e-4, mix3=(0.3, 0.3, 0.4), mix3_hard=(0.0, 0.4, 0.6),
                          self_hints3=4000, corrupt3=0.1),
+    # The Qwen3-VL large (qwen3vl.py, for vLLM's hidden-state extraction): phase 1 of the large recipe, shorter.
+    Q3.SIDE: TrainConfig(steps=400, batch=16, lr=2.5e-3, mix=(0.4, 0.3, 0.3), warmup=30),
     # Tried (NOTES.md, step 7) and not shipped: steps3=300, lr3=5e-4, mix3=(0.3, 0.2, 0.5) with synthetic hints.
 }
 
@@ -190,14 +196,15 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
     import torch
     from transformers import Qwen2VLForConditionalGeneration
 
+    qwen3 = side == Q3.SIDE
     torch.set_num_threads(threads)
     cfg = RECIPES[side] if steps is None else TrainConfig(**{**RECIPES[side].__dict__, "steps": steps, "steps2": 0, "steps3": 0})
     out = pathlib.Path(out_dir)
     state_path = out / ".state" / f"{side}.safetensors"
     tok = M.build_tokenizer()
     torch.manual_seed(seed * 7 + SIDE_IDS[side])
-    model = Qwen2VLForConditionalGeneration(M.build_config(side, tok))
-    head = torch.nn.Linear(M.SIDES[side].hidden, 19)
+    model = Q3.new_model(tok) if qwen3 else Qwen2VLForConditionalGeneration(M.build_config(side, tok))
+    head = torch.nn.Linear(Q3.SPEC.hidden if qwen3 else M.SIDES[side].hidden, 19)
     params = list(model.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
     captured = {}
@@ -242,7 +249,7 @@ def train_side(side: str, out_dir, seed: int = 0, steps: int | None = None, thre
             state_path.parent.mkdir(parents=True, exist_ok=True)
             save_state(state_path, model, head, opt, step + 1)
     model.eval()
-    path = M.save_side(pad_qwen2vl(model, hidden=SAVED_HIDDEN), tok, out / side)
+    path = Q3.save(model, tok, out / side) if qwen3 else M.save_side(pad_qwen2vl(model, hidden=SAVED_HIDDEN), tok, out / side)
     log.info("%s: saved to %s after %.0fs", side, path, time.time() - t0)
     return path
 
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Train the toy world's small and large VLMs from scratch on the CPU.",
                                 epilog="example: python -m routedvlm.data.toyworld.train_models --out data/toyworld/checkpoints")
     p.add_argument("--out", default="data/toyworld/checkpoints", help="folder that receives small/ and large/")
-    p.add_argument("--sides", nargs="+", default=["small", "large"], choices=sorted(RECIPES))
+    p.add_argument("--sides", nargs="+", default=["small", "mid", "large"], choices=sorted(RECIPES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="override the recipe's step count (pilot runs)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per side")

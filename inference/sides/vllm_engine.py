@@ -87,7 +87,8 @@ class VLLMEngine(ModelSide):
         self.style = self._detect_style() if thinking == "auto" else thinking
         self.think_close_id = self._single_id(THINK_CLOSE)
         self.engine_args = resolve_engine_args(engine_args)
-        self._driver, self._hidden, self._starting = None, None, threading.Lock()
+        self._driver, self._hidden, self._extractable = None, None, None
+        self._starting = threading.Lock()
         self.request_log = None  # a list: every call's (stage, prompt dict, SamplingParams, output) is appended
 
     @classmethod
@@ -139,24 +140,37 @@ class VLLMEngine(ModelSide):
 
     @property
     def returns_hidden_states(self) -> bool:
-        import importlib.util
-
-        return importlib.util.find_spec("routedvlm.inference.sides.vllm_hidden") is not None
+        """True when vLLM can extract this checkpoint's hidden states (its architecture implements vLLM's EAGLE3
+        interface: Qwen3-VL, Qwen2.5-VL; not Qwen2-VL) and vLLM is installed."""
+        if self._extractable is None:
+            try:
+                self._extractable = _hidden_module().supports_extraction(getattr(self.config, "architectures", None))
+            except ImportError:
+                self._extractable = False
+        return self._extractable
 
     def capture_hidden(self, layers) -> None:
-        """Capture decoder `layers` in every call (vLLM's hidden-state extraction, `sides/vllm_hidden.py`); must come
-        before the engine's first call."""
-        try:
-            _hidden_module()
-        except ImportError as exc:
-            raise ModeUnavailableError(f"{SPEC_PREFIX}{self.name} cannot capture hidden states: this installation "
-                                       f"has no routedvlm.inference.sides.vllm_hidden ({exc}).") from None
+        """Capture decoder `layers` (transformers indices; negative counts from the end) in every call, by vLLM's
+        hidden-state extraction during the call itself (`sides/vllm_hidden.py`); must come before the engine's first
+        call."""
+        if not self.returns_hidden_states:  # also when vllm_hidden (or vLLM) cannot be imported
+            raise ModeUnavailableError(
+                f"{SPEC_PREFIX}{self.name} cannot capture hidden states: vLLM extracts them only from models with its "
+                f"EAGLE3 interface (Qwen3-VL, Qwen2.5-VL), and this checkpoint is "
+                f"{getattr(self.config, 'architectures', None)} (or vLLM is not installed). Use such a checkpoint, or "
+                "load the large model with transformers (a folder without 'vllm:').")
+        text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+        layers = _hidden_module().normalize_layers(list(layers), int(text.num_hidden_layers))
         if self._driver is not None:
-            raise ConfigError(f"capture_hidden must be called before the first call of {SPEC_PREFIX}{self.name}: "
-                              "its engine is already running. Load the side again and capture first.")
+            if self._hidden is not None and set(layers) <= set(self._hidden[0]):
+                return  # already captured (a probe reads its layers out of `Generation.hidden`)
+            raise ConfigError(f"capture_hidden({layers}) must be called before the first call of {SPEC_PREFIX}"
+                              f"{self.name}: its engine is already running"
+                              f"{'' if self._hidden is None else f' capturing {self._hidden[0]}'}. Load the side "
+                              "again and capture first.")
         import tempfile
 
-        self._hidden = (list(layers), tempfile.mkdtemp(prefix="routedvlm-vllm-hidden-"))
+        self._hidden = (layers, tempfile.mkdtemp(prefix="routedvlm-vllm-hidden-"))
 
     # ----- identity -------------------------------------------------------------------------------------------
     @property
@@ -202,8 +216,11 @@ class VLLMEngine(ModelSide):
     def params(self, max_tokens: int, min_tokens: int = 0):
         from vllm import SamplingParams
 
+        # with hidden states on, keep the answer tokens' states too, not only the prompt's
+        extra = _hidden_module().request_params() if self._hidden is not None else None
         return SamplingParams(temperature=0.0, max_tokens=int(max_tokens), min_tokens=min(int(min_tokens), int(max_tokens)),
-                              logprobs=self.top_logprobs or None, detokenize=False, skip_special_tokens=False)
+                              logprobs=self.top_logprobs or None, detokenize=False, skip_special_tokens=False,
+                              extra_args=extra)
 
     def call(self, request, text: str, *, max_tokens: int, min_tokens: int = 0, stage: str = "",
              salt: str | None = None) -> Generation:

@@ -33,6 +33,13 @@ def main() -> int:
         import routedvlm.inference.sides.vllm_engine  # noqa: F401 - the in-process engine side imports here
     except Exception as exc:  # noqa: BLE001
         problems.append(f"routedvlm's engine side does not import: {type(exc).__name__}: {exc}")
+    try:
+        import ray  # noqa: F401 - `routedvlm label --ray` on engine sides (requirements-ray.txt)
+
+        if ray.__version__ != "2.60.0":
+            problems.append(f"ray {ray.__version__}, expected 2.60.0 (requirements-ray.txt)")
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"ray does not import: {type(exc).__name__}: {exc}")
     problems += [f"pip check: {line}" for line in other]
     for p in problems:
         print(f"vllm-env: {p}", file=sys.stderr)

@@ -1,8 +1,9 @@
-"""Start / stop the two vLLM OpenAI servers on the toy pair (`make vllm-up` / `make vllm-down`). Standard library only.
+"""Start / stop the vLLM OpenAI servers on the toy ladder (`make vllm-up` / `make vllm-down`). Standard library only.
 
-up:   small on 127.0.0.1:$VLLM_PORT_SMALL (default 8102) as model `toy-small`, large on $VLLM_PORT_LARGE (8101) as
-      `toy-large`, both with prefix caching, prompt-token details and 32-token KV blocks; the small one also runs
-      vLLM's qwen3 reasoning parser and the large one none, so one pair of servers covers both reply shapes. Each
+up:   small on 127.0.0.1:$VLLM_PORT_SMALL (default 8102) as model `toy-small`, mid on $VLLM_PORT_MID (8103) as
+      `toy-mid`, large on $VLLM_PORT_LARGE (8101) as `toy-large`, all with prefix caching, prompt-token details and
+      32-token KV blocks; the small and mid ones also run vLLM's qwen3 reasoning parser and the large one none, so
+      the servers cover both reply shapes (the pair small + large is the two-model setup). Each
       server is its own process group; its PID goes to runs/vllm/<name>.pid and its log to runs/vllm/<name>.log.
       "Up" means it answered a real chat request (an image + a question), not just /health: the CPU build reports
       healthy and dies on the first request when the model's head size is not one it supports.
@@ -31,6 +32,7 @@ CKPT = ROOT / "data" / "toyworld" / "checkpoints"
 SERVERS = {  # name: (checkpoint, port variable, default port, served model id, reasoning parser)
     "large": ("large", "VLLM_PORT_LARGE", 8101, "toy-large", None),
     "small": ("small", "VLLM_PORT_SMALL", 8102, "toy-small", "qwen3"),
+    "mid": ("mid", "VLLM_PORT_MID", 8103, "toy-mid", "qwen3"),
 }
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
        "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -141,7 +143,8 @@ def up(venv: pathlib.Path, timeout: float) -> int:
         print(f"error: {exc}", file=sys.stderr)
         down()
         return 1
-    print(f"vllm-up: both servers answer after {time.monotonic() - t0:.0f} s; stop them with `make vllm-down`")
+    print(f"vllm-up: all {len(procs)} servers ({', '.join(procs)}) answer after {time.monotonic() - t0:.0f} s; stop "
+          "them with `make vllm-down`")
     return 0
 
 
@@ -171,11 +174,11 @@ def down(quiet: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Start or stop the toy pair's vLLM servers.", epilog=__doc__.split("\n")[-2])
+    p = argparse.ArgumentParser(description="Start or stop the toy ladder's vLLM servers.", epilog=__doc__.split("\n")[-2])
     p.add_argument("action", choices=["down", "up"])
     p.add_argument("--venv", default=os.environ.get("VLLM_VENV", str(ROOT / ".venv-vllm")))
     p.add_argument("--timeout", type=float, default=float(os.environ.get("VLLM_UP_TIMEOUT", 900)),
-                   help="seconds to wait for both servers to answer (default 900)")
+                   help="seconds to wait for every server to answer (default 900)")
     args = p.parse_args(argv)
     return up(pathlib.Path(args.venv), args.timeout) if args.action == "up" else down()
 

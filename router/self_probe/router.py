@@ -5,7 +5,8 @@ Artifact: `policy.json` (`router_type: "self-probe"`; `params.hidden`: layers, p
 `params.large_model` / `large_hash`: the checkpoint whose hidden states it reads) + `head.safetensors` (weights,
 bias, input scaling). Deciding needs numpy and safetensors only (no torch); the vector comes with the request as
 `decide({..., HIDDEN_KEY: vector})`, which RoutedVLM fills from its own `large_direct` generation (it switches on
-the capture of `hidden_layers` in `routedvlm.inference.hidden`). Models behind an HTTP server return no hidden states.
+the capture of `hidden_layers` on the large side: transformers hooks, or vLLM's hidden-state extraction on an
+in-process engine). Models behind an HTTP server return no hidden states.
 """
 from __future__ import annotations
 
@@ -113,9 +114,11 @@ class SelfProbeRouter(Router):
         large = pipeline.large
         if not large.returns_hidden_states:
             raise RouterError(
-                "The self-probe router reads the large model's hidden states, and the large side is behind an "
-                f"OpenAI-compatible server ({getattr(large, 'name', large)}): vLLM and SGLang return no hidden "
-                "states. Use a LightGBM or lora-probe router with remote models, or load the large model locally.")
+                "The self-probe router reads the large model's hidden states, and the large side "
+                f"({getattr(large, 'name', large)}) returns none: an OpenAI-compatible server (vLLM, SGLang) does not, "
+                "nor does an in-process vLLM engine ('vllm:<folder>') whose architecture lacks vLLM's hidden-state "
+                "extraction (e.g. Qwen2-VL). Use a LightGBM or lora-probe router, or load the large model locally "
+                "(a folder) or on a vLLM engine of a supported architecture (Qwen3-VL, Qwen2.5-VL).")
         self._check_weights(large)
 
     def _check_weights(self, large) -> None:

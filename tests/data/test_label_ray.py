@@ -132,3 +132,17 @@ def test_label_help_imports_neither_torch_nor_ray():
             "except SystemExit:\n    pass\nprint('torch' in sys.modules, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "--ray-address" in out.stdout and out.stdout.strip().endswith("False False")
+
+
+def test_workers_hold_one_unit_on_local_models_and_enough_units_for_concurrency_on_batching_sides():
+    """Local models serve one sample at a time: one unit per worker (a kill loses at most it); engines and servers
+    batch: units of --flush-every samples until --concurrency samples are in flight per worker."""
+    from routedvlm.data.labelling.config import LabelConfig
+    from routedvlm.data.labelling.ray_pool import units_in_flight
+
+    common = dict(dataset="d.parquet", out="o.parquet", ray=True)
+    assert units_in_flight(LabelConfig(small="s", large="l", **common)) == 1
+    engines = LabelConfig(small="vllm:s", large="vllm:l", flush_every=8, **common)
+    assert engines.concurrency == 32 and units_in_flight(engines) == 4
+    servers = LabelConfig(small="http://h:1/v1#s", large="http://h:2/v1#l", concurrency=10, flush_every=4, **common)
+    assert units_in_flight(servers) == 3

@@ -1,5 +1,6 @@
-"""`routedvlm labels import-outcomes`: published two-model outcome tables (RouteLLM, MMR-Bench layouts) become
-direct-only labels that validate and train; the cheaper model is small_direct; more than two models are refused."""
+"""`routedvlm labels import-outcomes`: published outcome tables (RouteLLM, MMR-Bench, RouterBench layouts) of N >= 2
+models become direct-only labels of a ladder that validate and train; the cheapest model is small_direct, the dearest
+large_direct, the ones between mid_direct / mid<i>_direct."""
 import pandas as pd
 import pytest
 
@@ -36,10 +37,29 @@ def test_an_mmr_bench_table_takes_the_cheaper_model_by_its_cost_column():
     assert labels["latency_ms__large_direct"].tolist() == [5.0, 7.0]
 
 
-def test_more_than_two_models_are_refused_with_a_clear_message():
-    df = _routellm().assign(**{"claude": True, "claude_response": "z"})
-    with pytest.raises(LabelsError, match=r"^import-outcomes maps exactly two models .* has 3: "):
+def test_three_routellm_models_need_their_cost_order_and_then_map_onto_the_ladder():
+    df = _routellm().assign(**{"claude": [True, True, False] * 2, "claude_response": "z" * 80})
+    with pytest.raises(LabelsError, match=r"^Cannot tell the cost order of .* name the models cheapest first with --order"):
         import_outcomes(df, "routellm")
+    labels = import_outcomes(df, "routellm", order=[WEAK, "claude", STRONG])
+    assert labels.attrs["models"] == {"small": WEAK, "mid": "claude", "large": STRONG}
+    assert labels.attrs["ladder"] == ["small", "mid", "large"]
+    # default prices: small 10, mid 20 (evenly between), large 30 ms per token; 80 chars = 20 tokens
+    assert labels["latency_ms__mid_direct"].iloc[0] == 400.0 and labels["latency_ms__large_direct"].iloc[0] == 3000.0
+    # the cheapest correct model: mixtral where it is right, else claude where it is right, else gpt-4
+    assert labels["label"].tolist() == ["small_direct", "mid_direct", "small_direct", "mid_direct", "small_direct",
+                                        "large_direct"]
+    with pytest.raises(LabelsError, match=r"^`--order` must list distinct models of the table"):
+        import_outcomes(df, "routellm", order=[WEAK, "nope"])
+    with pytest.raises(LabelsError, match=r"^`--small` names the cheaper of two models; the table has 3"):
+        import_outcomes(df, "routellm", small=WEAK)
+
+
+def test_order_keeps_a_subset_of_the_models():
+    df = _routellm().assign(**{"claude": True, "claude_response": "z"})
+    labels = import_outcomes(df, "routellm", order=["claude", STRONG])
+    assert labels.attrs["models"] == {"small": "claude", "large": STRONG}
+    assert "correct__mid_direct" not in labels.columns
 
 
 def test_the_cli_writes_labels_that_validate(tmp_path, capsys):
@@ -52,3 +72,20 @@ def test_the_cli_writes_labels_that_validate(tmp_path, capsys):
     assert main(["validate", str(out), "--strict"]) == 0
     assert main(["import-outcomes", "--layout", "routellm", str(src), "--out", str(out), "--small", "nope"]) == 2
     assert "error: `--small` must be one of the table's models" in capsys.readouterr().err
+
+
+def test_the_cli_imports_a_three_model_table_with_the_ladder_in_its_metadata(tmp_path, capsys):
+    from routedvlm.data.labels.schema import read_labels
+
+    df = pd.DataFrame({"question": ["a?", "b?", "c?"], "8B_correct": [1, 1, 1], "8B_cost": [9.0, 9.0, 9.0],
+                       "2B_correct": [1, 0, 0], "2B_cost": [1.0, 1.0, 1.0], "4B_correct": [1, 1, 0],
+                       "4B_cost": [3.0, 3.0, 3.0]})
+    src, out = tmp_path / "mmr.csv", tmp_path / "labels.parquet"
+    df.to_csv(src, index=False)
+    assert main(["import-outcomes", "--layout", "mmr-bench", str(src), "--out", str(out)]) == 0
+    assert ("small_direct = 2B (accuracy 0.333), mid_direct = 4B (accuracy 0.667), large_direct = 8B (accuracy "
+            "1.000)") in capsys.readouterr().out
+    labels, meta = read_labels(out)
+    assert meta["ladder"] == ["small", "mid", "large"] and meta["models"]["mid"]["name"] == "4B"
+    assert labels["label"].tolist() == ["small_direct", "mid_direct", "large_direct"]
+    assert main(["validate", str(out), "--strict"]) == 0

@@ -119,10 +119,10 @@ def shipped():
 
     if not (CKPT / "small" / "config.json").exists():
         pytest.fail(f"shipped checkpoints missing under {CKPT}; run python -m routedvlm.data.toyworld.train_models")
-    return {side: Side(CKPT / side) for side in ("small", "large")}
+    return {side: Side(CKPT / side) for side in ("small", "mid", "large")}
 
 
-@pytest.mark.parametrize("side", ["small", "large"])
+@pytest.mark.parametrize("side", ["small", "mid", "large"])
 def test_shipped_checkpoint_answers_in_both_modes(shipped, side):
     from routedvlm.data.toyworld.quick_eval import split_output
 
@@ -152,3 +152,25 @@ def test_shipped_pair_answers_through_the_collaborative_pipeline():
     assert res["transfer_8"].kept_text == res["small_reason"].reasoning[:8]
     assert res["transfer_all"].kept_text.strip() == res["small_reason"].reasoning.strip()
     assert res["transfer_all"].answer == s.answer
+
+
+def test_the_shipped_ladder_is_ordered_by_size_and_runs_through_the_ladder_pipeline():
+    """Issue 30: `mid` sits between the two (layers, parameters) and takes the small model's reasoning."""
+    import json
+
+    from routedvlm.inference import VLM, CollaborativePipeline
+
+    layers = [json.loads((CKPT / a / "config.json").read_text())["text_config"]["num_hidden_layers"]
+              for a in ("small", "mid", "large")]
+    assert layers == sorted(layers) and len(set(layers)) == 3
+    sides = [VLM.from_pretrained(CKPT / a) for a in ("small", "mid", "large")]
+    pipe = CollaborativePipeline.from_ladder(sides, selector="prefix", k_grid=(8,), max_direct_tokens=8,
+                                             max_reason_tokens=48)
+    assert pipe.aliases == ("small", "mid", "large")
+    s = next(x for x in make_samples("eval", 20, seed=0) if x.difficulty == 2)
+    res = pipe.run_many(s.image, s.question, ["mid_direct", "mid_reason", "transfer_small_mid_all",
+                                               "transfer_mid_large_8"])
+    assert res["mid_reason"].reasoning.startswith("red=") and res["mid_reason"].answer == s.answer
+    assert re.fullmatch(r"\d+", res["mid_direct"].answer)
+    assert res["transfer_small_mid_all"].answer == s.answer
+    assert res["transfer_mid_large_8"].kept_text == res["mid_reason"].reasoning[:8]

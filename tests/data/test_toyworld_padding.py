@@ -32,7 +32,7 @@ def _batch(n: int):
     return batch
 
 
-@pytest.mark.parametrize("side", ["small", "large"])
+@pytest.mark.parametrize("side", ["small", "mid", "large"])
 def test_padding_preserves_logits_and_greedy_continuations(side):
     import torch
 
@@ -95,7 +95,7 @@ def test_train_models_saves_the_padded_shape_and_the_shipped_pair_has_it(tmp_pat
     from routedvlm.data.toyworld.train_models import train_side
 
     path = train_side("small", tmp_path, steps=1)
-    for folder in (path, *checkpoint_pair()):
+    for folder in (path, *checkpoint_pair(), checkpoint_pair()[0].parent / "mid"):
         text = json.loads((folder / "config.json").read_text())["text_config"]
         head = text["hidden_size"] // text["num_attention_heads"]
         assert head in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512) and text["max_position_embeddings"] >= 2048

@@ -50,9 +50,10 @@ def test_capture_hidden_needs_the_hidden_module_and_an_unstarted_engine(pair, mo
     monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm_hidden", None)
     with pytest.raises(ModeUnavailableError, match=r"^vllm:.* cannot capture hidden states"):
         side.capture_hidden([1])
-    monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm_hidden", SimpleNamespace())
+    monkeypatch.delitem(sys.modules, "routedvlm.inference.sides.vllm_hidden")
+    side._extractable = True  # as for a Qwen3-VL checkpoint
     side._driver = object()  # the engine has answered a call already
-    with pytest.raises(ConfigError, match=r"^capture_hidden must be called before the first call"):
+    with pytest.raises(ConfigError, match=r"^capture_hidden\(\[1\]\) must be called before the first call"):
         side.capture_hidden([1])
 
 

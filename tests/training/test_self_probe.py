@@ -109,7 +109,7 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
     remote = types.SimpleNamespace(small=types.SimpleNamespace(stateful=False), large=types.SimpleNamespace(
         stateful=False, returns_hidden_states=False, name="http://127.0.0.1:8101/v1#toy-large"))
     vlm = RoutedVLM(remote, router)
-    assert vlm.router is None and "vLLM and SGLang return no hidden states" in vlm.router_error
+    assert vlm.router is None and "an OpenAI-compatible server (vLLM, SGLang) does not" in vlm.router_error
 
 
 def test_one_shot_self_probe_is_refused():

@@ -7,6 +7,8 @@ verification and large_reason, plus every router, single strategy and the oracle
 table with the certified target's verdict per row, written to --out as table.json / table.md with plot.png.
 `--random`: every strategy, an escalation and mutual verification on a tiny random-weight Qwen3-VL pair, with the
 per-stage trace (answers are noise; the point is the mechanics).
+`--ladder`: the three-model toy ladder (small, mid, large): label, train + certify the ladder's policy and every
+two-model sub-pair's at one absolute target, replay them on fresh eval samples (`ladder.py`).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ EPILOG = """examples:
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
   routedvlm demo --cost profile.json --out runs/demo-2b8b   # toy effects priced at the profiled 2B/8B costs
   routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl
+  routedvlm demo --ladder               # small, mid, large: the ladder's certified policy against its best pair
 """
 COLUMNS = ("stage", "model", "mode", "vision_ms", "prefill_ms", "prefill_tok", "cached_tok", "decode_ms", "decode_tok")
 
@@ -45,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
             conv = int if f.type.startswith("int") else float if f.type.startswith("float") else str
             shown = f" (default {f.default})" if f.default not in (None, MISSING) else ""
             p.add_argument(flag, type=conv, default=f.default, help=f.metadata["help"] + shown)
+    g = p.add_argument_group("--ladder: the three-model toy ladder against its best two-model pair")
+    g.add_argument("--ladder", action="store_true", help="run the ladder demo (400 label + 200 eval samples; --quick "
+                   "120 + 60; --n-label, --n-eval, --min-accuracy, --delta, --seed, --checkpoints, --out apply)")
+    g.add_argument("--ladder-mode", default="cascade", choices=("cascade", "one-shot"),
+                   help="router mode of every ladder / pair policy (default cascade)")
     r = p.add_argument_group("--random: tiny random-weight models (mechanics only)")
     r.add_argument("--random", action="store_true", help="run every strategy on a tiny random VLM pair instead")
     r.add_argument("--workdir", type=pathlib.Path, default=None, help="where to build the tiny models (default: a temp dir)")
@@ -122,7 +130,7 @@ def _toy(args) -> None:
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")  # its INFO/WARNING lines are noise in the demo
-    skip = {"random", "workdir", "arch", "selector", "keep_tokens"}
+    skip = {"random", "workdir", "arch", "selector", "keep_tokens", "ladder", "ladder_mode"}
     cfg = DemoConfig(**{k: v for k, v in vars(args).items() if k not in skip})
     res = run_toy_demo(cfg, say=lambda msg: print(msg, flush=True))
     from routedvlm.router.decision_rules import describe
@@ -147,11 +155,30 @@ def _toy(args) -> None:
     print(f"\nwrote {res.paths['markdown']}, {res.paths['json']} and {res.paths['plot']}")
 
 
+def _ladder(args) -> None:
+    from .ladder import LadderDemoConfig, run_ladder_demo, table
+
+    out = args.out if args.out != "runs/demo" else "runs/demo-ladder"
+    cfg = LadderDemoConfig(out=out, n_label=args.n_label, n_eval=args.n_eval, min_accuracy=args.min_accuracy,
+                           delta=args.delta, mode=args.ladder_mode, quick=args.quick, checkpoints=args.checkpoints,
+                           seed=args.seed, progress=args.progress)
+    res = run_ladder_demo(cfg, say=lambda msg: print(msg, flush=True))
+    t = res["target"]
+    print(f"\n=== toy ladder: {res['n_label']} labelled samples, {res['n_eval']} fresh eval samples; every policy "
+          f"certified at accuracy >= {t['min_accuracy']} (delta {t['delta']}, {t['mode']})\n")
+    print(table(res))
+    ratio = res["latency_ratio_ladder_vs_best_pair"]
+    if ratio is not None:
+        print(f"\nladder vs best pair ({res['best_pair']}): mean latency ratio {ratio:.3f} "
+              f"({abs(100 * (1 - ratio)):.1f} % {'lower' if ratio <= 1 else 'higher'})")
+    print(f"\nwrote {out}/table.md and {out}/table.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet()
     start = time.perf_counter()
-    _random(args) if args.random else _toy(args)
+    _ladder(args) if args.ladder else _random(args) if args.random else _toy(args)
     print(f"\ndone in {time.perf_counter() - start:.1f} s")
     return 0
 

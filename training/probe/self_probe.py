@@ -2,113 +2,27 @@
 policy's tabular features, into one linear (logistic) head per candidate strategy.
 
 The hidden states are recomputed, not stored by the labeller: the labelled samples are reloaded by id (as for the
-LoRA probe) and `large_direct` is re-run through `CollaborativePipeline.run` with the capture of
-`routedvlm.inference.hidden` on — the code path RoutedVLM runs, so training and run-time inputs are the same
-numbers. The recomputed answers are checked against the labels' `answer__large_direct`. Split, expected costs,
+LoRA probe) and `large_direct` is re-run through `CollaborativePipeline.run` with the hidden-state capture on
+(`hidden_states.py`: transformers hooks, or vLLM's hidden-state extraction when the large side is `vllm:<folder>`) —
+the code path RoutedVLM runs, so training and run-time inputs are the same numbers. The recomputed answers are checked against the labels' `answer__large_direct`. Split, expected costs,
 certified decision rule, evaluation and outputs are the LightGBM router's (training/steps.py).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from routedvlm.errors import ConfigError, TrainingError
+from routedvlm.errors import ConfigError
 from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
 from routedvlm.router.strategies import LARGE_DIRECT
+
+from .hidden_states import HiddenInfo, attach_hidden, large_on_engine, n_layers_of, resolve_large  # noqa: F401
 
 log = logging.getLogger(__name__)
 DEFAULT_LAYERS = (-1,)
 DEFAULT_POSITION = "prompt_last"
-
-
-@dataclass
-class HiddenInfo:
-    """What the hidden column of a training table holds, and how it was made."""
-
-    layers: list
-    position: str
-    size: int
-    large_model: str
-    large_hash: str | None
-    seconds: float
-    answers_equal: int
-    rows: int
-    layer_scores: dict | None = None  # candidate layer -> training-split CV log loss (choose_layer)
-
-    def params(self) -> dict:
-        return {"hidden": {"layers": self.layers, "position": self.position, "size": self.size,
-                           **({"layer_cv_log_loss": self.layer_scores} if self.layer_scores else {})},
-                "large_model": self.large_model, "large_hash": self.large_hash,
-                "recomputed": {"seconds": round(self.seconds, 2), "rows": self.rows,
-                               "answers_equal_labels": self.answers_equal}}
-
-
-def resolve_large(config, metadata: dict) -> Path:
-    """The large VLM checkpoint whose hidden states the probe reads: --large, else the labels' large model found by
-    `locate_checkpoint` (its recorded path, or a shipped toy checkpoint with the same weights hash)."""
-    from routedvlm.router.checkpoints import locate_checkpoint, recorded_weights
-
-    large = (metadata.get("models") or {}).get("large") or {}
-    given = getattr(config, "large", None)
-    if not given and (large.get("server") or large.get("device") == "remote"):
-        raise ConfigError(f"The self-probe reads the large VLM's hidden states, and the labels' large model was served "
-                          f"over HTTP ({large.get('server')}, model {large.get('model_id')!r}): a server returns no "
-                          "hidden states. Pass --large FOLDER with the same checkpoint on this machine.")
-    return locate_checkpoint(large.get("name"), recorded_weights(large),
-                             given=given, flag="--large", what="The self-probe's large model (the labels' large side)")
-
-
-def _pipeline(large_path: Path, metadata: dict):
-    from routedvlm.inference import CollaborativePipeline, VLM
-    from routedvlm.inference.pipeline_parts import PipelineConfig
-    from routedvlm.inference.prompts import PromptConfig
-
-    prompts = metadata.get("prompts")
-    vlm = VLM.from_pretrained(str(large_path), prompts=PromptConfig(**prompts) if prompts else None)
-    gen = {k: v for k, v in (metadata.get("generation") or {}).items() if k in
-           ("max_direct_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens")}
-    return CollaborativePipeline(vlm, vlm, config=PipelineConfig(**gen)), vlm
-
-
-def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, position: str,
-                  progress: bool = True) -> tuple[pd.DataFrame, HiddenInfo]:
-    """`data` (labels + `image`, `question`) with a `HIDDEN_KEY` column: the large model's hidden-state vector of
-    its large_direct pass on each row, from the same pipeline code RoutedVLM runs."""
-    import time
-
-    from tqdm.auto import tqdm
-
-    from routedvlm.inference.hidden import enable_capture, resolve_layers
-    from routedvlm.router.checkpoints import portable_path, weights_hash
-
-    pipe, vlm = _pipeline(large_path, metadata)
-    layers = resolve_layers(vlm.model, list(layers))
-    enable_capture(vlm.model, layers)
-    vectors, same, t0 = [], 0, time.perf_counter()
-    rows = list(zip(data["image"], data["question"], data.get(f"answer__{LARGE_DIRECT}", [None] * len(data))))
-    for image, question, labelled in tqdm(rows, desc="large_direct hidden states", unit="sample", disable=not progress):
-        result = pipe.run(image, question, LARGE_DIRECT)
-        hidden = getattr(result.generation, "hidden", None)
-        if hidden is None:
-            raise TrainingError(f"The large model {str(large_path)!r} returned no hidden states for its large_direct "
-                                "pass; the self-probe needs a local transformers model.")
-        vectors.append(hidden.vector(position, layers))
-        same += int(labelled is not None and result.answer == labelled)
-    seconds = time.perf_counter() - t0
-    if same < len(rows):
-        log.warning("the recomputed large_direct answer differs from the labels' on %d of %d rows: the large model or "
-                    "its settings may differ from the labelling run", len(rows) - same, len(rows))
-    out = data.copy()
-    out[HIDDEN_KEY] = pd.Series(vectors, index=data.index, dtype=object)
-    info = HiddenInfo(layers, position, int(vectors[0].shape[0]) if vectors else 0, portable_path(large_path),
-                      weights_hash(large_path), seconds, same, len(rows))
-    log.info("hidden states of %d rows (layers %s, %s, %d values) in %.1f s; %d/%d answers equal the labels'",
-             len(rows), layers, position, info.size, seconds, same, len(rows))
-    return out, info
 
 
 def design_matrix(df: pd.DataFrame, features: list[str]) -> np.ndarray:
@@ -210,12 +124,10 @@ def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.Dat
     data = attach_samples(labels, metadata, config.dataset)
     layers = config.hidden_layers
     if not layers:
-        import json
-
-        text = json.loads((large / "config.json").read_text())
-        n = (text.get("text_config") or text).get("num_hidden_layers")
-        layers = default_layers(int(n)) if n else [-1]
-    return attach_hidden(data, metadata, large, layers, config.hidden_position)
+        n = n_layers_of(large)
+        layers = default_layers(n) if n else [-1]
+    return attach_hidden(data, metadata, large, layers, config.hidden_position,
+                         engine=large_on_engine(config, metadata))
 
 
 def compare_with_lightgbm(ev: dict, router, config, split, candidates, features, paid, labels_hash: str) -> dict:

@@ -18,7 +18,8 @@ def test_self_probe_needs_its_hidden_state_and_a_local_large_model(self_probe_ro
         self_probe_router.decide({**row, HIDDEN_KEY: np.zeros(4)})
     remote = types.SimpleNamespace(large=types.SimpleNamespace(returns_hidden_states=False, name="http://gpu:8000/v1#big"))
     with pytest.raises(RouterError, match=r"^The self-probe router reads the large model's hidden states, and the "
-                                          r"large side is behind an OpenAI-compatible server .*vLLM and SGLang return no"):
+                                          r"large side \(http://gpu:8000/v1#big\) returns none: an OpenAI-compatible server "
+                                          r"\(vLLM, SGLang\) does not, nor does an in-process vLLM engine"):
         self_probe_router.attach(remote)
     other = tmp_path / "other-large"
     other.mkdir()

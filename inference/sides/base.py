@@ -28,6 +28,10 @@ class ModelSide(abc.ABC):
     #: in a measured run (the labeller), also time one-stage transfers cold (read by HTTP sides, whose server may
     #: otherwise answer from its prefix cache; a side that measures every call cold ignores it).
     measure_cold: bool = True
+    #: latencies are priced from token counts (the labeller's --cost): send no request that exists only to measure
+    #: (no cold repeats, and no seed of a two-stage measurement's cache namespace where the side can count from token
+    #: ids what an escalation reuses: `backends/engine_prompt.py`).
+    priced: bool = False
 
     # ----- identity and modes (shared) --------------------------------------------------------------------------
     @property

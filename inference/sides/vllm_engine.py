@@ -133,6 +133,11 @@ class VLLMEngine(ModelSide):
                 core.shutdown()  # the engine's own processes end now, not at interpreter exit
             del driver.llm
 
+    def block_size(self) -> int:
+        """Tokens per KV block of the engine (its prefix cache reuses whole blocks)."""
+        given = self.engine_args.get("block_size")
+        return int(given) if given else int(self.driver.llm.llm_engine.vllm_config.cache_config.block_size)
+
     @property
     def returns_hidden_states(self) -> bool:
         """True when vLLM can extract this checkpoint's hidden states (its architecture implements vLLM's EAGLE3
@@ -232,6 +237,7 @@ class VLLMEngine(ModelSide):
     def generation(self, out, wall_ms: float) -> Generation:
         """A Generation from one RequestOutput (`backends/vllm_io.py`), with the hidden states when captured."""
         gen = generation(out, wall_ms)
+        gen.prompt_ids = list(out.prompt_token_ids or [])  # what an escalation reuses (backends/engine_prompt.py)
         if self._hidden is not None:
             gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen

@@ -34,7 +34,7 @@ from ..backends.vllm_io import ENGINE_ARGS_ENV, generation, resolve_engine_args
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
-from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+from .base import THINK_CLOSE, ModelSide, continue_partial
 from .local import VLM
 from .openai import measurement_salt
 
@@ -294,12 +294,7 @@ class VLLMEngine(ModelSide):
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):
         """(Generation, answer or None while reasoning, reasoning or None) of one call (as `VLM.complete`)."""
-        text = self.render(request.messages(), mode)
-        if partial is not None:
-            if partial.startswith(THINK_OPEN):
-                stripped = text.rstrip()
-                text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
-            text += partial
+        text = continue_partial(self.render(request.messages(), mode), partial)
         gen = self.call(request, text, max_tokens=max_tokens, min_tokens=min_tokens, salt=None, stage="complete")
         if mode != "reason" or partial is not None:
             return gen, self.clean_answer(gen.token_ids), None

@@ -116,7 +116,7 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(MAKE) --no-print-directory test-vllm-engine
 
 # The files of those tests: .venv-vllm lacks what the rest of the suite imports (mlflow, peft), so only these are collected.
-VLLM_ENGINE_TESTS ?= tests/inference/test_vllm_engine.py
+VLLM_ENGINE_TESTS ?= tests/inference/test_vllm_engine.py tests/inference/test_vllm_hidden.py tests/data/test_label_ray_engine.py
 test-vllm-engine: $(STAMP) $(VLLM_STAMP)
 	VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_NO_USAGE_STATS=1 \
 		$(VLLM_VENV)/bin/python -m pytest -q -m vllm_engine -p no:cacheprovider --timeout=1800 $(PYTEST_ARGS) \

@@ -5,7 +5,8 @@ Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by 
    (K grid 4, 8, 16 + all), `--concurrency` samples in flight; every request each engine answered is logged;
 2. the engines' own throughput on the same work: the labelling's requests (same prompts, images, max/min tokens,
    greedy), less the labeller's measurement-only requests (the `large_prefix_seed` that gives each two-stage
-   measurement its own cache namespace, and the cold one-stage repeats `large_transfer_cold`), without cache salts,
+   measurement its own cache namespace, and the cold one-stage repeats `large_transfer_cold`; with `--cost` the
+   labeller sends neither: its sides are `priced`), without cache salts,
    each engine's prefix cache reset first, through `LLM.generate` in two waves per engine (the calls a sample can
    make at once: directs and reasoning; then what needs their outputs: reasoning answers and transfers), both
    engines at once.
@@ -38,7 +39,8 @@ def _args(argv=None):
     p.add_argument("--concurrency", type=int, default=64, help="samples in flight while labelling")
     p.add_argument("--repeats", type=int, default=2, help="repetitions (engine, labelling) alternated")
     p.add_argument("--max-num-seqs", type=int, default=128, help="vllm.LLM max_num_seqs of each engine")
-    p.add_argument("--cost", default=None, help="label with --cost PROFILE (no cold one-stage repeats)")
+    p.add_argument("--cost", default=None, help="label with --cost PROFILE (only the work's requests: no cold "
+                   "one-stage repeats, no seeds), e.g. docs/profile_qwen3vl_2b_4b_cpu.json")
     p.add_argument("--cold", default="on,off", help="per repetition in turn: 'on' measures one-stage transfers cold "
                    "too (the labeller's default without --cost), 'off' does not (what --cost does); default on,off")
     return p.parse_args(argv)
@@ -55,7 +57,7 @@ def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, in
     cfg = toy_label_config(dataset, out, f"vllm:{pipe.small.name}", f"vllm:{pipe.large.name}", progress=False,
                            concurrency=args.concurrency, flush_every=max(8, args.concurrency), cost=args.cost)
     for side, log in zip((pipe.small, pipe.large), logs):
-        side.request_log, side.measure_cold = log, cold and cfg.cost is None
+        side.request_log, side.measure_cold, side.priced = log, cold and cfg.cost is None, cfg.cost is not None
     try:
         summary = run_labelling(cfg, pipe=pipe)
     finally:

@@ -11,10 +11,10 @@ flight on sides that are not `stateful`: `pipe.overlap_calls`); with one request
 """
 from __future__ import annotations
 
-from routedvlm.router.strategies import alias_rank, transfer_id
+from routedvlm.router.strategies import transfer_id
 
 from .pipeline_parts import Handoff, Result, parallel
-from .shared_run import SharedRun, _k_order, _shared
+from .shared_run import SharedRun, _shared
 from .stages import finish_answer
 
 
@@ -28,12 +28,7 @@ class OverlappedRun(SharedRun):
 
     def run(self, strats) -> dict:
         pipe, cfg, aliases = self.pipe, self.cfg, self.pipe.aliases
-        kinds = {s.id for s in strats}
-        transfers = sorted({(s.source, s.keep_tokens, s.model) for s in strats if s.is_transfer},
-                           key=lambda t: (alias_rank(t[2]), alias_rank(t[0]), _k_order(t[1])))
-        out_ks = {m: sorted({k for a, k, _ in transfers if a == m}, key=_k_order) for m in aliases}
-        sources = [m for m in aliases if out_ks[m] or (m == aliases[0] and f"{m}_reason" in kinds)]
-        targets = [m for m in aliases[1:] if f"{m}_direct" in kinds or any(b == m for _, _, b in transfers)]
+        kinds, transfers, out_ks, sources, targets = self.plan(strats)
         lps = {m: pipe.target_prompt(m, self.req) for m in targets}
         for lp in lps.values():
             lp.overlap = True  # a transfer's cold repeat beside its two-stage calls

@@ -44,14 +44,20 @@ class SharedRun:
             self._caches[key] = vlm.prompt_cache(side)
         return self._caches[key]
 
-    def run(self, strats) -> dict:
-        pipe, cfg, aliases = self.pipe, self.cfg, self.pipe.aliases
+    def plan(self, strats):
+        """(ids asked for, transfers as (source, K, target) in run order, K values per source, sources, targets)."""
+        aliases = self.pipe.aliases
         kinds = {s.id for s in strats}
         transfers = sorted({(s.source, s.keep_tokens, s.model) for s in strats if s.is_transfer},
                            key=lambda t: (alias_rank(t[2]), alias_rank(t[0]), _k_order(t[1])))
         out_ks = {m: sorted({k for a, k, _ in transfers if a == m}, key=_k_order) for m in aliases}
         sources = [m for m in aliases if out_ks[m] or (m == aliases[0] and f"{m}_reason" in kinds)]
         targets = [m for m in aliases[1:] if f"{m}_direct" in kinds or any(b == m for _, _, b in transfers)]
+        return kinds, transfers, out_ks, sources, targets
+
+    def run(self, strats) -> dict:
+        pipe, cfg, aliases = self.pipe, self.cfg, self.pipe.aliases
+        kinds, transfers, out_ks, sources, targets = self.plan(strats)
         jobs = {}
         for m in sources:
             budget = cfg.max_reason_tokens if f"{m}_reason" in kinds else pipe.reason_budget(out_ks[m])

@@ -34,6 +34,17 @@ def vllm_servers_script():
 
 
 @pytest.fixture(scope="session")
+def vllm_mid_server():
+    """'<url>#toy-mid' once the toy ladder's mid server (`make vllm-up`) answers a real chat request."""
+    try:
+        vllm_servers_script().chat_once("mid", timeout=120)
+    except Exception as exc:  # noqa: BLE001 - any failure means: not up
+        pytest.fail(f"the toy mid model's vLLM server does not answer at {vllm_url('mid')} ({type(exc).__name__}: "
+                    f"{exc}): start the servers with `make vllm-env vllm-up`")
+    return vllm_url("mid") + "#toy-mid"
+
+
+@pytest.fixture(scope="session")
 def vllm_servers():
     """{"small": '<url>#toy-small', "large": '<url>#toy-large'} once both servers answer a real chat request."""
     script = vllm_servers_script()

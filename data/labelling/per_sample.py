@@ -162,11 +162,11 @@ def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stag
 def load_side(spec: str, reasoner, device: str, dtype, *, measure_cold: bool):
     """One side (`routedvlm.inference.load_side`): a local checkpoint / hub id, or '<base_url>#<model id>' on an
     OpenAI-compatible server (whose one-stage transfers are then also measured cold when `measure_cold`, i.e. for
-    wall-clock latencies)."""
+    wall-clock latencies; without it the side is `priced`: it sends no request that exists only to measure)."""
     from routedvlm.inference.sides import load_side as load
 
     side = load(spec, reasoner=reasoner, device=device, dtype=dtype)
-    side.measure_cold = measure_cold
+    side.measure_cold, side.priced = measure_cold, not measure_cold
     return side
 
 

@@ -4,7 +4,9 @@ vLLM engine's prefix cache, measured by the engine's own counters (`RequestOutpu
 The calls are those of an HTTP side (`remote_prompt.RemotePrompt`, whose docstring says what is sent and recorded):
 `large_direct` in the sample's `cache_salt` namespace; each two-stage transfer in a namespace seeded with the
 `large_direct` prompt only (so it reuses exactly what an escalation reuses); the one-stage cost cold when the side
-measures cold. Only the error for an escalation that reused nothing differs: it names the engine's settings.
+measures cold. The engine returns prompt token ids, so a priced run (--cost) needs no seeded namespaces: an
+escalation reuses the full KV blocks its prompt shares with the `large_direct` prompt (`escalation_reuse`). The error
+for an escalation that reused nothing names the engine's settings.
 """
 from __future__ import annotations
 
@@ -15,6 +17,18 @@ from .remote_prompt import RemotePrompt
 
 class EnginePrompt(RemotePrompt):
     """The image+question prefix of one request on an in-process vLLM engine (`sides/vllm_engine.py`)."""
+
+    counts_reuse = True
+
+    def escalation_reuse(self, gen) -> int | None:
+        """The full KV blocks `gen`'s prompt shares with the `large_direct` prompt (what vLLM's prefix cache reuses
+        after that prompt alone; never the whole prompt: its last token is computed)."""
+        direct, mine = getattr(self.direct_gen, "prompt_ids", None), getattr(gen, "prompt_ids", None)
+        if not direct or not mine:
+            return None
+        common = next((i for i, (a, b) in enumerate(zip(direct, mine)) if a != b), min(len(direct), len(mine)))
+        block = self.vlm.block_size()
+        return min(common, len(mine) - 1) // block * block
 
     def _check_reuse(self, rec: dict, stage: str) -> None:
         if int(rec.get("cached_tokens") or 0) == 0:

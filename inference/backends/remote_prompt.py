@@ -16,6 +16,9 @@ blocks only, so a prefix shorter than a block is never reused).
   `n_images` = 1), with, when `vlm.measure_cold` (wall-clock labels), `prefill_ms` = the wall time of the same
   prompt sent cold (a fresh namespace: nothing reused) minus the two-stage call's. So the one-stage
   `latency_ms__transfer_<K>` is the cold call's measured time, and a fitted cost model prices both from tokens.
+When the side is `priced` (the labeller's --cost) and this prompt `counts_reuse` (an engine that returns prompt token
+ids: `engine_prompt.py`), every transfer goes to the sample's own namespace unseeded (only the work's requests are
+sent) and its record counts as reused what the `large_direct` prompt alone would give it (the engine's count, capped).
 """
 from __future__ import annotations
 
@@ -30,10 +33,12 @@ from ..stages import record
 class RemotePrompt:
     """The image+question prefix of one request on the large model's server (see the module docstring)."""
 
+    counts_reuse = False  # can say from token ids what an escalation reuses (`escalation_reuse`): an HTTP reply cannot
+
     def __init__(self, vlm, request, cfg, side: str = "large"):
         self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
-        self.direct_record, self._namespaces = None, itertools.count(1)  # thread-safe: transfers may overlap
+        self.direct_record, self.direct_gen, self._namespaces = None, None, itertools.count(1)  # thread-safe: transfers may overlap
         self.overlap = False  # send a transfer's cold repeat beside its two-stage calls (set by inference/overlap.py)
         self.prefix_record = record(f"{side}_prefix", side, vlm, "prefix", _empty(), remote=True)
 
@@ -44,7 +49,7 @@ class RemotePrompt:
         """One request (`text` = the question or the transfer question): (generation, answer, record)."""
         gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, self.side, salt=salt)
         if stage == f"{self.side}_direct":
-            self.direct_record = rec
+            self.direct_record, self.direct_gen = rec, gen
         elif self.direct_record is not None and self.vlm.require_prefix_cache:
             self._check_reuse(rec, stage)
         return gen, ans, rec
@@ -60,15 +65,19 @@ class RemotePrompt:
             return self.answer(text, f"{self.side}_transfer", salt=salt)
 
         jobs = {"warm": two_stage}
+        counted = self.counts_reuse and getattr(self.vlm, "priced", False) and self.direct_record is not None
         if base is not None:
             n = next(self._namespaces)
-            # the first transfer after the direct answer: the sample's namespace holds just that prompt, no seed
-            salt = base if n == 1 and self.direct_record is not None else f"{base}-k{n}"
+            # the first transfer after the direct answer: the sample's namespace holds just that prompt, no seed; a
+            # priced run sends every transfer there and counts the reuse from token ids (`_count_reuse`)
+            salt = base if (n == 1 or counted) and self.direct_record is not None else f"{base}-k{n}"
             if self.vlm.measure_cold:
                 jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
                                                               self.cfg, self.side)
         done = _run(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
         gen, ans, rec = done["warm"]
+        if counted:
+            self._count_reuse(gen, rec)
         cold_ms = None
         if "cold" in done:
             cold, cold_ans, cold_rec = done["cold"]
@@ -83,6 +92,18 @@ class RemotePrompt:
         if cold_ms is not None:
             extra["cold_ms"] = round(cold_ms, 3)
         return gen, ans, [record(f"{self.side}_prefix", self.side, self.vlm, "prefix", prefix, **extra), rec]
+
+    def escalation_reuse(self, gen) -> int | None:
+        """Tokens of `gen`'s prompt an escalation right after `large_direct` reuses; None when unknown."""
+        return None
+
+    def _count_reuse(self, gen, rec: dict) -> None:
+        """Cap the two-stage call's reuse at what the `large_direct` prompt alone gives (another K's transfer in the
+        same namespace may share more), so a priced run records the tokens a seeded namespace records."""
+        reuse, cached = self.escalation_reuse(gen), int(rec["cached_tokens"])
+        if reuse is not None and cached > reuse:
+            rec["prefill_tokens"], rec["cached_tokens"] = int(rec["prefill_tokens"]) + cached - reuse, reuse
+            gen.prefill_tokens, gen.cached_tokens = rec["prefill_tokens"], reuse
 
     def _check_reuse(self, rec: dict, stage: str) -> None:
         url, model = self.vlm.client.base_url, self.vlm.model_id

@@ -14,6 +14,17 @@ from routedvlm.errors import ModeUnavailableError
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
+def continue_partial(text: str, partial: str | None) -> str:
+    """A rendered prompt continued by an assistant `partial`; one starting with `<think>` replaces the template's own
+    opening think tag."""
+    if partial is None:
+        return text
+    if partial.startswith(THINK_OPEN):
+        stripped = text.rstrip()
+        text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
+    return text + partial
+
+
 class ModelSide(abc.ABC):
     """One side of the pipeline. Attributes every side sets: `name` (checkpoint path, or '<url>#<model id>'),
     `style` ("hybrid", "always" or "never": how the side switches thinking), `reasoner` (a side serving the
@@ -28,6 +39,10 @@ class ModelSide(abc.ABC):
     #: in a measured run (the labeller), also time one-stage transfers cold (read by HTTP sides, whose server may
     #: otherwise answer from its prefix cache; a side that measures every call cold ignores it).
     measure_cold: bool = True
+    #: latencies are priced from token counts (the labeller's --cost): send no request that exists only to measure
+    #: (no cold repeats, and no seed of a two-stage measurement's cache namespace where the side can count from token
+    #: ids what an escalation reuses: `backends/engine_prompt.py`).
+    priced: bool = False
 
     # ----- identity and modes (shared) --------------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError, 
 
 from .. import stages
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
-from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+from .base import THINK_CLOSE, THINK_OPEN, ModelSide, continue_partial
 
 logger = logging.getLogger(__name__)
 STYLES = ("always", "auto", "hybrid", "never")
@@ -280,12 +280,7 @@ class VLM(ModelSide):
         assistant message (one starting with `<think>` replaces the template's own opening think tag)."""
         from ..generation import timed_generate
 
-        text = self.render(request.messages(), mode)
-        if partial is not None:
-            if partial.startswith(THINK_OPEN):
-                stripped = text.rstrip()
-                text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
-            text += partial
+        text = continue_partial(self.render(request.messages(), mode), partial)
         inputs = self.encode(request.image, text)
         if check_context is not None:
             check_context(int(inputs["input_ids"].shape[1]))

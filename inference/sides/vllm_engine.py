@@ -34,7 +34,7 @@ from ..backends.vllm_io import ENGINE_ARGS_ENV, generation, resolve_engine_args
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
-from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+from .base import THINK_CLOSE, ModelSide, continue_partial
 from .local import VLM
 from .openai import measurement_salt
 
@@ -132,6 +132,11 @@ class VLLMEngine(ModelSide):
             if core is not None:
                 core.shutdown()  # the engine's own processes end now, not at interpreter exit
             del driver.llm
+
+    def block_size(self) -> int:
+        """Tokens per KV block of the engine (its prefix cache reuses whole blocks)."""
+        given = self.engine_args.get("block_size")
+        return int(given) if given else int(self.driver.llm.llm_engine.vllm_config.cache_config.block_size)
 
     @property
     def returns_hidden_states(self) -> bool:
@@ -232,6 +237,7 @@ class VLLMEngine(ModelSide):
     def generation(self, out, wall_ms: float) -> Generation:
         """A Generation from one RequestOutput (`backends/vllm_io.py`), with the hidden states when captured."""
         gen = generation(out, wall_ms)
+        gen.prompt_ids = list(out.prompt_token_ids or [])  # what an escalation reuses (backends/engine_prompt.py)
         if self._hidden is not None:
             gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen
@@ -288,12 +294,7 @@ class VLLMEngine(ModelSide):
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):
         """(Generation, answer or None while reasoning, reasoning or None) of one call (as `VLM.complete`)."""
-        text = self.render(request.messages(), mode)
-        if partial is not None:
-            if partial.startswith(THINK_OPEN):
-                stripped = text.rstrip()
-                text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
-            text += partial
+        text = continue_partial(self.render(request.messages(), mode), partial)
         gen = self.call(request, text, max_tokens=max_tokens, min_tokens=min_tokens, salt=None, stage="complete")
         if mode != "reason" or partial is not None:
             return gen, self.clean_answer(gen.token_ids), None

@@ -156,3 +156,66 @@ def test_many_threads_calling_first_start_one_engine(pair, monkeypatch):
     for t in threads:
         t.join()
     assert len(started) == 1
+
+
+class CachingDriver:
+    """A fake engine driver with vLLM's prefix-cache accounting: per `cache_salt`, full blocks of prompt token ids
+    are cached; a request reuses its longest cached run of full blocks (never its last token). The output is a
+    deterministic function of the prompt (a word per requested token), so both runs answer alike."""
+
+    def __init__(self, side, block: int):
+        self.side, self.block, self.blocks = side, block, {}
+
+    def submit(self, prompt, params):
+        from concurrent.futures import Future
+
+        ids = self.side.tokenizer(prompt["prompt"]).input_ids
+        known, b = self.blocks.setdefault(prompt.get("cache_salt"), set()), self.block
+        cached = 0
+        while cached + b <= len(ids) - 1 and tuple(ids[:cached + b]) in known:
+            cached += b
+        known.update(tuple(ids[:j]) for j in range(b, len(ids) + 1, b))
+        words = self.side.tokenizer(" seven" * params.max_tokens, add_special_tokens=False).input_ids
+        out = SimpleNamespace(outputs=[SimpleNamespace(token_ids=words[:params.max_tokens], logprobs=None)],
+                              prompt_token_ids=ids, num_cached_tokens=cached, metrics=None, finished=True)
+        fut = Future()
+        fut.set_result(out)
+        return fut
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_priced_labelling_sends_only_the_works_requests_with_the_same_answers_and_token_counts(pair, overlap):
+    """--cost (`priced` sides): no cold repeats and no seeded namespaces, yet the same answers and the same reused
+    and prefilled token counts (what the cost model prices) as the default run, escalations reusing the prefix."""
+    from PIL import Image
+
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+
+    small, large = (VLLMEngine(p, engine_args={"block_size": 4}) for p in pair)
+    for side in (small, large):
+        side.params = lambda max_tokens, min_tokens=0: SimpleNamespace(max_tokens=int(max_tokens))
+    pipe = CollaborativePipeline(small, large, k_grid=(4, 8, 16), max_direct_tokens=8, max_reason_tokens=48)
+    pipe.overlap_calls = overlap
+    image = Image.new("RGB", (32, 32), "white")
+
+    def label(priced: bool):
+        logs = ([], [])
+        for side, log in zip((small, large), logs):
+            side._driver, side.request_log = CachingDriver(side, 4), log
+            side.measure_cold, side.priced = not priced, priced
+        results = pipe.run_many(image, "How many red bars?")
+        answers = {s: r.answer for s, r in results.items()}
+        tokens = {s: [(t["stage"], t["prefill_tokens"], t["cached_tokens"]) for t in r.trace] for s, r in results.items()}
+        return answers, tokens, [stage for log in logs for stage, *_ in log]
+
+    answers, tokens, sent = label(False)
+    p_answers, p_tokens, p_sent = label(True)
+    transfers = [s for s in answers if s.startswith("transfer_")]
+    assert len(transfers) == 4
+    assert sent.count("large_transfer_cold") == 4 and sent.count("large_prefix_seed") == 3
+    assert sorted(p_sent) == sorted(s for s in sent if s not in ("large_transfer_cold", "large_prefix_seed"))
+    assert len(p_sent) == len(sent) - 7
+    assert p_answers == answers and p_tokens == tokens
+    reused = [c for t in p_tokens.values() for stage, _, c in t if stage == "large_transfer"]
+    assert reused and all(c > 0 for c in reused)

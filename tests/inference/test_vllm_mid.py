@@ -7,19 +7,7 @@ pytestmark = pytest.mark.vllm
 STRATEGIES = ["small_direct", "small_reason", "transfer_8", "transfer_all"]  # small = mid in this pair
 
 
-@pytest.fixture(scope="module")
-def mid_server(vllm_servers):
-    from conftest import vllm_servers_script, vllm_url
-
-    try:
-        vllm_servers_script().chat_once("mid", timeout=120)
-    except Exception as exc:  # noqa: BLE001 - any failure means: not up
-        pytest.fail(f"the toy mid model's vLLM server does not answer at {vllm_url('mid')} ({type(exc).__name__}: "
-                    f"{exc}): start the servers with `make vllm-env vllm-up`")
-    return vllm_url("mid") + "#toy-mid"
-
-
-def test_mid_over_vllm_answers_as_the_local_backend(mid_server, vllm_servers):
+def test_mid_over_vllm_answers_as_the_local_backend(vllm_mid_server, vllm_servers):
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import VLM, CollaborativePipeline
@@ -30,7 +18,7 @@ def test_mid_over_vllm_answers_as_the_local_backend(mid_server, vllm_servers):
     kw = dict(selector="prefix", k_grid=TOY_K_GRID, max_direct_tokens=MAX_DIRECT_TOKENS,
               max_reason_tokens=MAX_REASON_TOKENS)
     local = CollaborativePipeline(VLM.from_pretrained(mid), VLM.from_pretrained(large), **kw)
-    remote = CollaborativePipeline(connect(mid_server), connect(vllm_servers["large"]), **kw)
+    remote = CollaborativePipeline(connect(vllm_mid_server), connect(vllm_servers["large"]), **kw)
     for s in make_samples("eval", 12, seed=13):
         a, b = local.run_many(s.image, s.question, STRATEGIES), remote.run_many(s.image, s.question, STRATEGIES)
         assert [b[x].answer for x in STRATEGIES] == [a[x].answer for x in STRATEGIES]

@@ -11,7 +11,7 @@ from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TO
 TOY = Path(__file__).resolve().parents[2] / "data" / "toyworld" / "checkpoints"
 LADDER = ["small", "mid", "large"]
 STRATEGIES = ["small_direct", "mid_direct", "large_direct", "transfer_small_mid_8", "transfer_small_mid_all"]
-N = 40
+N = 80  # the fewest rows train-router takes (train 40, calibration 20, test 20)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def trained(ladder_labels, tmp_path_factory):
     from routedvlm.training.train_cli import main
 
     out = tmp_path_factory.mktemp("ladder-probe-run")
-    # 10 calibration rows certify an absolute 0.5 accuracy target, not a relative one
+    # 20 calibration rows certify an absolute 0.5 accuracy target, not a relative one
     assert main(["--router", "lora-probe", "--data", str(ladder_labels), "--output-dir", str(out), "--no-mlflow",
                  "--epochs", "1", "--lora-r", "4", "--lr", "3e-3", "--batch-size", "4", "--num-boost-round", "10",
                  "--cv-folds", "0", "--calib-fraction", "0.25", "--test-fraction", "0.25", "--min-accuracy", "0.5"]) == 0
@@ -63,30 +63,67 @@ def test_the_probe_saves_a_format_3_policy_with_the_ladder(trained):
     saved = json.loads((trained / "router" / "policy.json").read_text())
     assert saved["format_version"] == 3 and saved["ladder"] == LADDER and saved["router_type"] == "lora-probe"
     assert set(saved["strategies"]) <= set(STRATEGIES) and saved["strategies"]
-    assert saved["paid_stages"] == ["small_direct", "mid_direct"]  # the climb: every direct answer below the top
+    # the probe's rules were calibrated on the climb: every direct answer below the top is paid before deciding
+    ev = json.loads((trained / "evaluation.json").read_text())
+    climbs = {tuple(r["calibration"]["paid_stages"]) for r in ev["rows"] if r["kind"] == "rule"}
+    assert climbs == {("small_direct", "mid_direct")}
     router = load_router(trained / "router")
     assert isinstance(router, LoRAProbeRouter) and router.policy.ladder == LADDER
-    ev = json.loads((trained / "evaluation.json").read_text())
     assert "probe" in ev and ev["probe"]["final_train_loss"] > 0
 
 
-def test_routed_vlm_over_the_ladder_routes_with_the_probe(trained):
-    from routedvlm.data.toyworld.task import make_samples
+def _route(vlm, sample):
+    """Route `sample`; check the strategy is the ladder's and the answer comes from the model the trace names (the
+    same text as that strategy run as a fixed policy on the same models)."""
     from routedvlm.inference.routed import RoutedVLM
     from routedvlm.router.strategies import parse_strategy
 
-    models = [TOY / m for m in LADDER]
-    kw = dict(max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS, device="cpu")
-    vlm = RoutedVLM.from_pretrained(models, trained / "router", **kw)
-    assert type(vlm.active_router).__name__ == "LoRAProbeRouter"
-    sample = make_samples("eval", 1, seed=5)[0]
     out = vlm(image=sample.image, question=sample.question)
-    assert out.strategy in STRATEGIES and out.strategy in vlm.active_router.policy.strategies + [
-        vlm.active_router.policy.fallback]
+    policy = vlm.active_router.policy
+    assert out.strategy in STRATEGIES and out.strategy in [*policy.strategies, policy.fallback]
     answerer = parse_strategy(out.strategy).model
     ran = [r for r in out.trace if r["stage"] != "decision"]
-    assert ran[0]["stage"] == "small_direct" and ran[0]["model"] == "small"  # the cascade climbed from the bottom
-    assert out.answer_model == answerer == ran[-1]["model"]
-    # the same strategy as a fixed policy on the same models gives the same answer text
+    # the stage that answered: an accepted paid direct answer, else the last stage run (the escalation)
+    answered = next((r for r in ran if r["stage"] == out.strategy), ran[-1])
+    assert out.answer_model == answerer == answered["model"] and set(out.models) <= set(LADDER)
     fixed = RoutedVLM(vlm.pipeline, out.strategy)(image=sample.image, question=sample.question)
     assert fixed.answer_model == answerer and fixed.text == out.text
+    return out
+
+
+@pytest.fixture(scope="module")
+def ladder_vlm(trained):
+    from routedvlm.inference.routed import RoutedVLM
+
+    kw = dict(max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS, device="cpu")
+    return RoutedVLM.from_pretrained([TOY / m for m in LADDER], trained / "router", **kw)
+
+
+def test_routed_vlm_over_the_ladder_routes_with_the_saved_probe_policy(ladder_vlm):
+    from routedvlm.data.toyworld.task import make_samples
+
+    assert type(ladder_vlm.active_router).__name__ == "LoRAProbeRouter"
+    assert ladder_vlm.pipeline.aliases == tuple(LADDER)
+    _route(ladder_vlm, make_samples("eval", 1, seed=5)[0])
+
+
+def test_the_probe_climbs_the_ladder_and_shares_the_small_models_prefill(ladder_vlm, trained):
+    """The saved policy may be a fixed rule (the probe then never runs); the probe's own certified-candidate rule,
+    as the evaluation calibrated it (cascade over small_direct, mid_direct), runs it on the ladder at run time."""
+    from dataclasses import replace
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.data.toyworld.task import make_samples
+    from routedvlm.router.lora_probe import LoRAProbeRouter
+
+    ev = json.loads((trained / "evaluation.json").read_text())
+    row = next(r for r in ev["rows"] if r["kind"] == "rule" and r["rule"]["name"] == "lagrangian")
+    loaded = ladder_vlm.active_router
+    policy = replace(loaded.policy, rule=row["rule"], mode=row["calibration"]["mode"],
+                     paid_stages=list(row["calibration"]["paid_stages"]))
+    vlm = RoutedVLM(ladder_vlm.pipeline, LoRAProbeRouter(policy, loaded.net))
+    out = _route(vlm, make_samples("eval", 1, seed=6)[0])
+    stages = [(r["stage"], r["model"]) for r in out.trace]
+    assert stages[0] == ("small_direct", "small") and ("mid_direct", "mid") in stages  # climbed before deciding
+    decision = next(r for r in out.trace if r["stage"] == "decision")
+    assert decision.get("probe_shared_prefill") is True, decision

@@ -101,23 +101,30 @@ def merge_main(argv: list[str]) -> int:
     return 0
 
 
+def config_from_args(args, error):
+    """The LabelConfig of parsed `routedvlm label` arguments (`--models A,B,C` is the repeated `--model`); `error(msg)`
+    reports a conflict (the parser's error in the CLI)."""
+    from .config import LabelConfig
+
+    values = dict(vars(args))
+    listed = values.pop("models_list", None)
+    if listed is not None:
+        if values["models"]:
+            error("pass the ladder as --model ... (repeated) or as --models A,B,C, not both")
+        values["models"] = listed
+    return LabelConfig(**values)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "merge":
         return merge_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
-    from .config import LabelConfig
     from .estimate import describe_grid, estimate_run
     from .job import run_labelling
 
-    values = vars(args)
-    listed = values.pop("models_list")
-    if listed is not None:
-        if values["models"]:
-            parser.error("pass the ladder as --model ... (repeated) or as --models A,B,C, not both")
-        values["models"] = listed
-    cfg = LabelConfig(**values)
+    cfg = config_from_args(args, parser.error)
     _setup_logging()
     if cfg.is_ladder or cfg.estimate_only:  # a pair's output stays what it was
         print(describe_grid(cfg), file=sys.stderr)

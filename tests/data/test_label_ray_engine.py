@@ -53,14 +53,13 @@ def _label(argv) -> int:
 def serial(toy_data, tmp_path_factory):
     """A plain (no Ray) labelling run on engine sides in this process: what every Ray run must reproduce (the engine
     labeller equals the serial local one: tests/inference/test_vllm_engine.py)."""
-    from routedvlm.data.labelling.cli import _parser
-    from routedvlm.data.labelling.config import LabelConfig
+    from routedvlm.data.labelling.cli import _parser, config_from_args
     from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.labelling.per_sample import load_pipeline
     from routedvlm.data.labels.schema import read_labels
 
     out = tmp_path_factory.mktemp("plain") / "labels.parquet"
-    cfg = LabelConfig(**vars(_parser().parse_args(_engine_argv(toy_data, out))))
+    cfg = config_from_args(_parser().parse_args(_engine_argv(toy_data, out)), pytest.fail)
     pipe, _ = load_pipeline(cfg)
     try:
         run_labelling(cfg, pipe=pipe)

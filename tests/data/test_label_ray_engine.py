@@ -145,7 +145,7 @@ def test_a_killed_ray_run_on_engine_sides_is_finished_by_resume(toy_data, serial
     out = tmp_path / "killed" / "labels.parquet"
     address = cluster.get_runtime_context().gcs_address  # the killed driver's actors run on the module's cluster
     cmd = [sys.executable, "-m", "routedvlm.training.cli", "label",
-           *_engine_argv(toy_data, out, "--ray", "--ray-address", address, "--num-workers", "1")]
+           *_engine_argv(toy_data, out, "--ray", "--ray-address", address, "--num-workers", "1", "--concurrency", "2")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
     store, deadline = PartStore(out), time.monotonic() + 900
     try:
@@ -157,6 +157,6 @@ def test_a_killed_ray_run_on_engine_sides_is_finished_by_resume(toy_data, serial
         proc.wait(timeout=120)
     done = len(store.done_ids())
     assert 1 <= done < N, proc.stderr.read().decode()[-2000:]
-    assert _label(_engine_argv(toy_data, out, "--ray", "--num-workers", "1", "--resume")) == 0
+    assert _label(_engine_argv(toy_data, out, "--ray", "--num-workers", "1", "--concurrency", "2", "--resume")) == 0
     df, _ = read_labels(out)
     _same_as_plain(df, serial)

@@ -27,6 +27,7 @@ import itertools
 from routedvlm.errors import BackendError, ModeUnavailableError
 
 from ..generation import Generation
+from ..pipeline_parts import parallel
 from ..stages import record
 
 
@@ -74,7 +75,7 @@ class RemotePrompt:
             if self.vlm.measure_cold:
                 jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
                                                               self.cfg, self.side)
-        done = _run(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
+        done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
         gen, ans, rec = done["warm"]
         if counted:
             self._count_reuse(gen, rec)
@@ -128,17 +129,6 @@ class RemotePrompt:
             f"The attention selector needs the large model's attention weights, which {self.vlm.name!r} does not "
             "expose over HTTP. Use selector='prefix' or 'suffix' with remote models."
         )
-
-
-def _run(jobs: dict, at_once: bool) -> dict:
-    """Run named zero-argument callables, in threads when `at_once`."""
-    if not at_once or len(jobs) < 2:
-        return {name: fn() for name, fn in jobs.items()}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {name: pool.submit(fn) for name, fn in jobs.items()}
-        return {name: fut.result() for name, fut in futures.items()}
 
 
 def _empty() -> Generation:

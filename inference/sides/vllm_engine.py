@@ -87,7 +87,7 @@ class VLLMEngine(ModelSide):
         self.style = self._detect_style() if thinking == "auto" else thinking
         self.think_close_id = self._single_id(THINK_CLOSE)
         self.engine_args = resolve_engine_args(engine_args)
-        self._driver, self._hidden, self._extractable = None, None, None
+        self._driver, self._hidden, self._extractable, self._params = None, None, None, {}
         self._starting = threading.Lock()
         self.request_log = None  # a list: every call's (stage, prompt dict, SamplingParams, output) is appended
 
@@ -170,7 +170,7 @@ class VLLMEngine(ModelSide):
                               "again and capture first.")
         import tempfile
 
-        self._hidden = (layers, tempfile.mkdtemp(prefix="routedvlm-vllm-hidden-"))
+        self._hidden, self._params = (layers, tempfile.mkdtemp(prefix="routedvlm-vllm-hidden-")), {}
 
     # ----- identity -------------------------------------------------------------------------------------------
     @property
@@ -214,13 +214,18 @@ class VLLMEngine(ModelSide):
         return prompt
 
     def params(self, max_tokens: int, min_tokens: int = 0):
-        from vllm import SamplingParams
+        """The SamplingParams of a greedy call (one object per token limits: vLLM copies a request's params)."""
+        key = (int(max_tokens), min(int(min_tokens), int(max_tokens)))
+        params = self._params.get(key)
+        if params is None:
+            from vllm import SamplingParams
 
-        # with hidden states on, keep the answer tokens' states too, not only the prompt's
-        extra = _hidden_module().request_params() if self._hidden is not None else None
-        return SamplingParams(temperature=0.0, max_tokens=int(max_tokens), min_tokens=min(int(min_tokens), int(max_tokens)),
-                              logprobs=self.top_logprobs or None, detokenize=False, skip_special_tokens=False,
-                              extra_args=extra)
+            # with hidden states on, keep the answer tokens' states too, not only the prompt's
+            extra = _hidden_module().request_params() if self._hidden is not None else None
+            params = self._params[key] = SamplingParams(
+                temperature=0.0, max_tokens=key[0], min_tokens=key[1], logprobs=self.top_logprobs or None,
+                detokenize=False, skip_special_tokens=False, extra_args=extra)
+        return params
 
     def call(self, request, text: str, *, max_tokens: int, min_tokens: int = 0, stage: str = "",
              salt: str | None = None) -> Generation:

@@ -1,25 +1,28 @@
 """`routedvlm label` on in-process vLLM engines vs vLLM's own offline `LLM.generate` on the same requests, one run.
 
-Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by both measurements). Per repetition:
+Both sides are `vllm:<folder>` engines of the toy pair (started once, shared by both measurements), warmed up by a
+labelling of `--warmup` other samples. Per repetition, each measurement starting with both engines' prefix and
+multimodal caches emptied:
 1. labelling: `run_labelling` (what `routedvlm label` runs) on `--samples` toy `label`-split samples, every strategy
-   (K grid 4, 8, 16 + all), `--concurrency` samples in flight; every request each engine answered is logged;
-2. the engines' own throughput on the same work: the labelling's requests (same prompts, images, max/min tokens,
-   greedy), less the labeller's measurement-only requests (the `large_prefix_seed` that gives each two-stage
-   measurement its own cache namespace, and the cold one-stage repeats `large_transfer_cold`; with `--cost` the
-   labeller sends neither: its sides are `priced`), without cache salts,
-   each engine's prefix cache reset first, through `LLM.generate` in two waves per engine (the calls a sample can
-   make at once: directs and reasoning; then what needs their outputs: reasoning answers and transfers), both
-   engines at once.
-A second engine run replays every request the labeller sent, measurement-only ones included, with their cache salts
-(the labeller's orchestration alone). From the second repetition on, the engine's work run is timed right before and right after the labelling (their
-mean), and the overall ratios are medians over repetitions (the load of a shared machine drifts within seconds).
-Printed: samples/s of each, labelling as a fraction of the engine's (the goal:
->= 0.8 on the work), how many of the engine's answers (output token ids) equal the labelling's for the same request,
-and the load average. `--cold on,off` alternates the labeller with and without its cold one-stage repeats (off:
-what `--cost` does). Run in .venv-vllm:
+   (K grid 4, 8, 16 + all), `--concurrency` samples in flight; every request each engine answered is logged. Timed:
+   the labelling loop (every sample through the engines, scored, featurized, stored as parts); the whole job (also
+   opening the data and merging the parts into labels.parquet) is printed beside it;
+2. the engines' own throughput on the same work, twice (their mean): the labelling's requests (same prompts, images,
+   max/min tokens, greedy), less the labeller's measurement-only requests (the `large_prefix_seed` that gives each
+   two-stage measurement its own cache namespace, and the cold one-stage repeats `large_transfer_cold`; with `--cost`
+   the labeller sends neither: its sides are `priced`), as plain requests (text + image: no cache salt, no
+   `multi_modal_uuids`), through `LLM.generate` in two waves per engine (the calls a sample can make at once: directs
+   and reasoning; then what needs their outputs: reasoning answers and transfers), both engines at once;
+3. every request the labeller sent replayed as sent (measurement-only ones included, with their cache salts and the
+   image uuids the labeller computes once per sample): the labeller's orchestration alone.
+Printed: samples/s of each, labelling as a fraction of the engine's (the goal: >= 0.8 on the work), how many of the
+engine's answers (output token ids) equal the labelling's for the same request, and the load average; overall: the
+medians over repetitions (the load of a shared machine drifts within seconds). `--cold on,off` alternates the
+labeller with and without its cold one-stage repeats (off: what `--cost` does). Run in .venv-vllm:
 
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \\
-        .venv-vllm/bin/python benchmarks/bench_engine_labelling.py --samples 64
+        .venv-vllm/bin/python benchmarks/bench_engine_labelling.py --samples 128 --concurrency 128 --cold off \\
+        --cost docs/profile_qwen3vl_2b_4b_cpu.json
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ import threading
 import time
 
 MEASUREMENT_ONLY = ("large_prefix_seed", "large_transfer_cold")
+# the plain request (what a user of LLM.generate sends): no cache namespace, and no image uuid (the labeller hashes each
+# sample's image once and names it in `multi_modal_uuids`; plain LLM.generate hashes the pixels of every request)
+PLAIN_DROPS = ("cache_salt", "multi_modal_uuids")
 FIRST_WAVE = ("small_direct", "small_reason", "large_direct", "large_reason")
 
 
@@ -38,6 +44,8 @@ def _args(argv=None):
     p.add_argument("--samples", type=int, default=64, help="toy samples labelled per repetition")
     p.add_argument("--concurrency", type=int, default=64, help="samples in flight while labelling")
     p.add_argument("--repeats", type=int, default=2, help="repetitions (engine, labelling) alternated")
+    p.add_argument("--warmup", type=int, default=None, help="samples of a warm-up labelling (other samples) before "
+                   "the repetitions; default: --samples")
     p.add_argument("--max-num-seqs", type=int, default=128, help="vllm.LLM max_num_seqs of each engine")
     p.add_argument("--cost", default=None, help="label with --cost PROFILE (only the work's requests: no cold "
                    "one-stage repeats, no seeds), e.g. docs/profile_qwen3vl_2b_4b_cpu.json")
@@ -50,7 +58,9 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, int]:
+def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, int, float]:
+    """(seconds of the labelling loop, samples labelled, seconds of the whole job: opening the data, the loop, and
+    merging the parts into labels.parquet)."""
     from routedvlm.data.labelling.job import run_labelling
     from routedvlm.data.toyworld.make_labels import toy_label_config
 
@@ -58,14 +68,24 @@ def _label(pipe, dataset, out, args, logs, cold: bool = True) -> tuple[float, in
                            concurrency=args.concurrency, flush_every=max(8, args.concurrency), cost=args.cost)
     for side, log in zip((pipe.small, pipe.large), logs):
         side.request_log, side.measure_cold, side.priced = log, cold and cfg.cost is None, cfg.cost is not None
+    _reset(pipe)
+    t0 = time.perf_counter()
     try:
         summary = run_labelling(cfg, pipe=pipe)
+        whole = time.perf_counter() - t0
     finally:
         for side in (pipe.small, pipe.large):
             side.request_log = None
     if summary.errors:
         raise SystemExit(f"labelling failed on {summary.errors} samples: {summary.error_examples}")
-    return summary.label_seconds, summary.labelled_now
+    return summary.label_seconds, summary.labelled_now, whole
+
+
+def _reset(pipe) -> None:
+    """Empty both engines' prefix caches and multimodal caches: every measurement starts cold on the same terms."""
+    for side in (pipe.small, pipe.large):
+        side.driver.llm.reset_prefix_cache()
+        side.driver.llm.reset_mm_cache()
 
 
 def _waves(log, every: bool = False) -> list[list]:
@@ -75,7 +95,7 @@ def _waves(log, every: bool = False) -> list[list]:
     for stage, prompt, params, out in log:
         if stage in MEASUREMENT_ONLY and not every:
             continue
-        sent = prompt if every else {k: v for k, v in prompt.items() if k != "cache_salt"}
+        sent = prompt if every else {k: v for k, v in prompt.items() if k not in PLAIN_DROPS}
         waves[0 if stage in FIRST_WAVE or stage == "large_prefix_seed" else 1].append((sent, params, out))
     return waves
 
@@ -83,8 +103,7 @@ def _waves(log, every: bool = False) -> list[list]:
 def _engine(pipe, logs, every: bool = False) -> tuple[float, int, int]:
     """Seconds of the engines' own runs of the logged requests (`_waves`), and (equal, compared) answers."""
     per_side = [_waves(log, every) for log in logs]
-    for side in (pipe.small, pipe.large):
-        side.driver.llm.reset_prefix_cache()
+    _reset(pipe)
     results, seconds = {}, 0.0
     for wave in (0, 1):
         def run(i, side):
@@ -126,32 +145,35 @@ def main(argv=None) -> int:
     _ = small.driver, large.driver
     print(f"engines started in {time.perf_counter() - t0:.1f} s; {args.samples} samples, concurrency "
           f"{args.concurrency}, max_num_seqs {args.max_num_seqs}, cost {args.cost}")
-    _label(pipe, write_split("label", 4, 99, work + "/warm"), f"{work}/warm.parquet", args, ([], []))  # warm-up
+    warm = args.warmup if args.warmup is not None else args.samples  # other samples: the engines' caches stay cold
+    _label(pipe, write_split("label", warm, 99, work + "/warm"), f"{work}/warm.parquet", args, ([], []))
     rows, colds = [], [c.strip() == "on" for c in args.cold.split(",")]
     for rep in range(args.repeats):
         logs, cold = ([], []), colds[rep % len(colds)]
         load0 = _load()
-        label_s, n = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs, cold)
-        before_s = _engine(pipe, logs)[0] if rep else None  # the engine right before and after the labelling:
-        engine_s, equal, total = _engine(pipe, logs)        # the load of this shared machine drifts within seconds
+        label_s, n, whole_s = _label(pipe, dataset, f"{work}/labels-{rep}.parquet", args, logs, cold)
+        first_s, equal, total = _engine(pipe, logs)  # twice, right after the labelling (their mean): the load of
+        second_s = _engine(pipe, logs)[0]            # this shared machine drifts within seconds
+        engine_s = (first_s + second_s) / 2
         sent_s, sent_equal, sent_total = _engine(pipe, logs, every=True)
-        if before_s is not None:
-            engine_s = (engine_s + before_s) / 2
         work_reqs = sum(len(w) for log in logs for w in _waves(log))
-        rows.append((label_s, engine_s, sent_s, cold))
+        rows.append((label_s, engine_s, sent_s, cold, whole_s))
         print(f"rep {rep} (cold repeats {'on' if cold else 'off'}): labelling {n / label_s:.3f} samples/s "
               f"({label_s:.1f} s, {sum(map(len, logs))} requests); engine on the work {n / engine_s:.3f} samples/s "
               f"({engine_s:.1f} s, {work_reqs} requests): ratio {engine_s / label_s:.3f}, answers equal {equal}/{total}; "
               f"engine on every request sent {n / sent_s:.3f} samples/s ({sent_s:.1f} s): ratio {sent_s / label_s:.3f}, "
-              f"answers equal {sent_equal}/{sent_total}; load {load0} -> {_load()}")
+              f"answers equal {sent_equal}/{sent_total}; whole job (data, loop, merge) {whole_s:.1f} s: ratio "
+              f"{engine_s / whole_s:.3f}; load {load0} -> {_load()}")
     import statistics
 
     for cold in sorted({r[3] for r in rows}, reverse=True):
         mine = [r for r in rows if r[3] == cold]
         work_ratio = statistics.median(r[1] / r[0] for r in mine)
         sent_ratio = statistics.median(r[2] / r[0] for r in mine)
+        whole_ratio = statistics.median(r[1] / r[4] for r in mine)
         print(f"overall, cold repeats {'on' if cold else 'off'} ({len(mine)} repetitions, median): labelling / engine "
-              f"throughput = {work_ratio:.3f} on the work (goal >= 0.8), {sent_ratio:.3f} on every request sent")
+              f"throughput = {work_ratio:.3f} on the work (goal >= 0.8), {sent_ratio:.3f} on every request sent; "
+              f"the whole job / engine on the work {whole_ratio:.3f}")
     small.close()
     large.close()
     return 0

@@ -20,6 +20,7 @@ then `engine_args=`.
 """
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ import uuid
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
 
-from ..backends.vllm_io import ENGINE_ARGS_ENV, generation, resolve_engine_args
+from ..backends.vllm_io import ENGINE_ARGS_ENV, freeze_heap, generation, image_uuid, resolve_engine_args
 from ..generation import Generation
 from ..prompts import DEFAULT_PROMPTS, PromptConfig
 from ..stages import ReasoningRun, record
@@ -121,7 +122,9 @@ class VLLMEngine(ModelSide):
         if self._hidden is not None:
             kwargs.update(_hidden_module().engine_kwargs(*self._hidden))
         log.info("starting vLLM engine for %s with %s", self.name, kwargs)
-        return EngineDriver(vllm.LLM(model=self.name, **kwargs), name=self.name)
+        llm = vllm.LLM(model=self.name, **kwargs)
+        freeze_heap()
+        return EngineDriver(llm, name=self.name)
 
     def close(self) -> None:
         """Stop the driver thread and release the engine (a later call starts a new one)."""
@@ -132,6 +135,7 @@ class VLLMEngine(ModelSide):
             if core is not None:
                 core.shutdown()  # the engine's own processes end now, not at interpreter exit
             del driver.llm
+            gc.unfreeze()  # what `freeze_heap` kept out of collection may be garbage now
 
     def block_size(self) -> int:
         """Tokens per KV block of the engine (its prefix cache reuses whole blocks)."""
@@ -209,6 +213,7 @@ class VLLMEngine(ModelSide):
         prompt = {"prompt": text}
         if request.image is not None:
             prompt["multi_modal_data"] = {"image": request.image}
+            prompt["multi_modal_uuids"] = {"image": [image_uuid(request)]}
         if salt is not None:
             prompt["cache_salt"] = salt
         return prompt

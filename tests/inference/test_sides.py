@@ -262,3 +262,47 @@ def test_overlapped_run_many_sends_a_samples_independent_calls_at_once_with_the_
     assert {s: r.answer for s, r in got.items()} == {s: r.answer for s, r in want.items()}
     assert {s: [r["stage"] for r in res.trace] for s, res in got.items()} == \
         {s: [r["stage"] for r in res.trace] for s, res in want.items()}
+
+
+class SlowLargeReason(WordSide):
+    """A WordSide whose own reasoning as the large model ends only once a transfer has been sent to it."""
+
+    def __init__(self, name, sent):
+        super().__init__(name)
+        self.sent = sent
+
+    def run_reasoning(self, side, request, cfg, max_tokens, **kw):
+        if side == "large" and not self.sent.wait(timeout=10):
+            raise TimeoutError("large_reason ended before any transfer was sent: the transfers waited for it")
+        return super().run_reasoning(side, request, cfg, max_tokens, **kw)
+
+    def large_prompt(self, request, cfg):
+        prefix, sent = super().large_prompt(request, cfg), self.sent
+        transfer = prefix.transfer
+
+        def sending(text):
+            sent.set()
+            return transfer(text)
+
+        prefix.transfer = sending
+        return prefix
+
+
+def test_overlapped_transfers_do_not_wait_for_the_targets_own_reasoning():
+    """Regression: the transfers went out only once every first-stage call of the sample had ended, the large model's
+    own (longest) reasoning included, though they need only the source's reasoning and the target's direct answer;
+    on engines that left the batch half empty while the large model reasoned."""
+    import threading
+
+    from routedvlm.inference import CollaborativePipeline
+
+    strategies = ["small_direct", "large_direct", "small_reason", "large_reason", "transfer_4", "transfer_all"]
+    want = CollaborativePipeline(WordSide("s"), WordSide("l"), k_grid=[4], max_reason_tokens=10).run_many(
+        None, "How many?", strategies)
+    sent = threading.Event()
+    pipe = CollaborativePipeline(WordSide("s"), SlowLargeReason("l", sent), k_grid=[4], max_reason_tokens=10)
+    pipe.overlap_calls = True
+    got = pipe.run_many(None, "How many?", strategies)
+    assert {s: r.answer for s, r in got.items()} == {s: r.answer for s, r in want.items()}
+    assert {s: [r["stage"] for r in res.trace] for s, res in got.items()} == \
+        {s: [r["stage"] for r in res.trace] for s, res in want.items()}

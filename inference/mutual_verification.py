@@ -14,7 +14,8 @@ from routedvlm.router.decision_rules import AGREE_FEATURE, apply_rule_one, mutua
 
 from .answers import answers_agree
 from .inputs import check_keep_tokens, make_request
-from .pipeline_parts import Result, parallel
+from .pipeline_parts import Result
+from .threads import parallel
 
 CHECKS = ("small_direct", "small_reason")
 

@@ -16,7 +16,8 @@ from concurrent.futures import wait
 
 from routedvlm.router.strategies import transfer_id
 
-from .pipeline_parts import Handoff, Result, parallel, shared_pool
+from .pipeline_parts import Handoff, Result
+from .threads import parallel, shared_pool
 from .shared_run import SharedRun, _shared
 from .stages import finish_answer
 

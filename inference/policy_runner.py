@@ -23,7 +23,8 @@ from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
 from .features import compute_features
-from .pipeline_parts import Result, parallel
+from .pipeline_parts import Result
+from .threads import parallel
 from .router_health import RouterHealth
 
 _TIME_KEYS = ("vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens")

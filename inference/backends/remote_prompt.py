@@ -27,7 +27,7 @@ import itertools
 from routedvlm.errors import BackendError, ModeUnavailableError
 
 from ..generation import Generation
-from ..pipeline_parts import parallel
+from ..threads import parallel
 from ..stages import record
 
 

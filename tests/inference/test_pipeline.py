@@ -151,7 +151,7 @@ def test_mutual_verification_accepts_or_escalates(tiny_pair, make_pipeline, imag
 def test_parallel_uses_threads_when_concurrent():
     import threading
 
-    from routedvlm.inference.pipeline_parts import parallel
+    from routedvlm.inference.threads import parallel
 
     barrier = threading.Barrier(2, timeout=10)  # only passes if both calls run at the same time
 
@@ -171,7 +171,7 @@ def test_parallel_reuses_its_threads_nests_and_waits_for_every_job_before_raisin
     import threading
     import time
 
-    from routedvlm.inference.pipeline_parts import parallel
+    from routedvlm.inference.threads import parallel
 
     def inner():
         return parallel({"x": lambda: threading.current_thread().name, "y": lambda: 1}, True)["x"]

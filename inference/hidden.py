@@ -26,13 +26,18 @@ def decoder_layers(model):
 
 def resolve_layers(model, layers) -> list[int]:
     """Layer indices (negative counts from the end) as sorted non-negative ints; ConfigError when out of range."""
-    n = len(decoder_layers(model))
+    return normalize_layers(layers, len(decoder_layers(model)))
+
+
+def normalize_layers(layers, n_layers: int) -> list[int]:
+    """`layers` (negative counts from the end) of an `n_layers`-layer decoder as sorted non-negative ints; ConfigError
+    when out of range (also for a model known only by its layer count: the vLLM side, `sides/vllm_hidden.py`)."""
     out = []
     for layer in layers:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not -n <= layer < n:
-            raise ConfigError(f"Hidden-state layers must be integers in [-{n}, {n - 1}] for this {n}-layer model. "
-                              f"Got {layer!r}.")
-        out.append(layer % n)
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:
+            raise ConfigError(f"Hidden-state layers must be integers in [-{n_layers}, {n_layers - 1}] for this "
+                              f"{n_layers}-layer model. Got {layer!r}.")
+        out.append(layer % n_layers)
     return sorted(set(out))
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from routedvlm.errors import ConfigError, ModelLoadError
 
+from ..hidden import normalize_layers  # noqa: F401 - the rule of the transformers side, re-exported for the engine
+
 CONNECTOR = "CPUHiddenStatesConnector"
 STOCK_CONNECTOR = "ExampleHiddenStatesConnector"
 PATH_KEY = "hidden_states_path"
@@ -33,18 +35,6 @@ PATH_KEY = "hidden_states_path"
 def aux_layer_ids(layers) -> list[int]:
     """vLLM aux hidden-state layer ids of transformers decoder layers `layers` (non-negative, as resolved)."""
     return [int(layer) + 1 for layer in sorted(set(layers))]
-
-
-def normalize_layers(layers, n_layers: int) -> list[int]:
-    """`layers` (negative counts from the end) as sorted non-negative ints; ConfigError when out of range (the rule of
-    `hidden.resolve_layers`, for a model known only by its layer count)."""
-    out = []
-    for layer in layers:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:
-            raise ConfigError(f"Hidden-state layers must be integers in [-{n_layers}, {n_layers - 1}] for this "
-                              f"{n_layers}-layer model. Got {layer!r}.")
-        out.append(layer % n_layers)
-    return sorted(set(out))
 
 
 def supports_extraction(architectures) -> bool:

@@ -31,6 +31,12 @@ DEFAULT_FALLBACK = "mutual-verification"
 __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "pipeline_sides"]
 
 
+def request_id(replica: str | None = None) -> str:
+    """A new request id, `req-<32 hex>`, or `req-<replica>-<32 hex>` for a named replica (unique across replicas;
+    the replica that answered, and so holds the request's audit, can be read from it)."""
+    return f"req-{replica}-{uuid.uuid4().hex}" if replica else f"req-{uuid.uuid4().hex}"
+
+
 def attach_router(router, pipeline):
     """Check that `router`'s strategies and stages run only models of the pipeline's ladder, let it check the
     pipeline it will run on (`router.attach`) and switch on what it reads at run time: the large model's hidden-state
@@ -90,8 +96,11 @@ class RoutedVLM:
     the background, and `audit_status()` says whether the certified promise holds on this traffic (`audit`: an
     `AuditConfig` or a dict of its fields: log, store_inputs, alpha, delta, window, ...; see docs/audit.md).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`,
-    `auditor` (None when not auditing).
+    `auditor` (None when not auditing), `replica_id` (None; `routedvlm serve --replica-id` names the process, and
+    its request ids carry it: `request_id`).
     """
+
+    replica_id: str | None = None
 
     def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
                  prompt_template=None, audit_rate: float = 0.0, audit=None):
@@ -190,6 +199,7 @@ class RoutedVLM:
         """A validated Request whose question went through the router's prompt template."""
         req = make_request(image, question, messages)
         req.user_question = req.question  # what an audit log stores (relabelling applies the template again)
+        req.__dict__["_session"] = request_id(self.replica_id)  # every call of this request sends it (sides/openai.py)
         req.question = self.prompt_template.apply(req.question)
         return req
 
@@ -199,7 +209,7 @@ class RoutedVLM:
         (`defer_audit`: see `generate`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
-        out.request_id = f"req-{uuid.uuid4().hex}"
+        out.request_id = req.__dict__.get("_session") or request_id(self.replica_id)
         if self.auditor is not None:  # after the lock is released: the audit waits for it, the answer does not
             out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit)
         return out

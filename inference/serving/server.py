@@ -30,6 +30,7 @@ from .completions import Chunks, one_delta_stream, route_headers, route_info, ro
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
 from .openapi import openapi_document
+from .replica import ReplicaHeader
 from .prompt_check import check_routed_context, neutralise, special_pattern
 from .protocol import APIError, Limits
 
@@ -79,12 +80,12 @@ class Serving:
 
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm", sides=None,
                api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0,
-               request_timeout: float | None = 300.0, max_queued: int = 64):
+               request_timeout: float | None = 300.0, max_queued: int = 64, replica_id: str | None = None):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
     `sides`: the plain models' ids, the ladder's aliases (default: those of `routed`'s pipeline, or the pair's
     "small", "large" while a `loader` loads); `min_new_tokens` applies to plain-model answers (tiny random models);
     `request_timeout` (seconds, None: none) stops a request's model calls; `max_queued` chat requests at once, 503
-    beyond."""
+    beyond; `replica_id` names this replica in every response (`x-routedvlm-replica`) and in /metrics."""
     from ..routed import pipeline_sides
 
     import contextlib
@@ -100,7 +101,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         raise ConfigError(f"The served model name must differ from the plain models' ids {list(aliases)}. "
                           f"Got {served_model!r}.")
     models = (served_model, *aliases)
-    metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
+    metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy, replica_id)
     register_audit_metrics(metrics.registry, lambda: serving.routed.audit_status() if serving.routed is not None else None)
 
     @contextlib.asynccontextmanager
@@ -114,6 +115,8 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines
     if api_key is not None:
         app.add_middleware(KeyCheck, key=api_key)
+    if replica_id is not None:
+        app.add_middleware(ReplicaHeader, replica=replica_id)
 
     def error(exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)

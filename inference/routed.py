@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
 from dataclasses import fields
 
 from routedvlm.errors import ConfigError, InputError
@@ -23,18 +22,13 @@ from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 from .inputs import make_request
 from .pipeline_parts import PipelineConfig, pipeline_sides
 from .policy_runner import PolicyRunner, RoutedOutput
+from .request_ids import request_id
 from .streaming import RoutedStream
 
 logger = logging.getLogger(__name__)
 DEFAULT_ROUTER = f"models:/{DEFAULT_MODEL_NAME}@{CHAMPION_ALIAS}"
 DEFAULT_FALLBACK = "mutual-verification"
 __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "pipeline_sides"]
-
-
-def request_id(replica: str | None = None) -> str:
-    """A new request id, `req-<32 hex>`, or `req-<replica>-<32 hex>` for a named replica (unique across replicas;
-    the replica that answered, and so holds the request's audit, can be read from it)."""
-    return f"req-{replica}-{uuid.uuid4().hex}" if replica else f"req-{uuid.uuid4().hex}"
 
 
 def attach_router(router, pipeline):

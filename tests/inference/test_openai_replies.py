@@ -153,3 +153,11 @@ def test_a_measured_sample_s_calls_share_its_namespace_as_the_session_key():
     lp.answer(lp.direct_text, "large_direct")
     lp.transfer(lp.transfer_text("red=13."))
     assert {h["x-session-id"] for h in client.headers} == {"routedvlm-sample"}
+
+
+def test_request_ids_name_their_replica_and_are_read_back():
+    from routedvlm.inference.request_ids import replica_of, request_id
+
+    a, b = request_id("serve-7f9c-x2"), request_id("serve-7f9c-x2")
+    assert a != b and a.startswith("req-serve-7f9c-x2-") and replica_of(a) == "serve-7f9c-x2"
+    assert replica_of(request_id()) is None and replica_of("req-unknown") is None

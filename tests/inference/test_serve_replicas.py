@@ -96,3 +96,16 @@ def test_each_replica_counts_its_own_requests_and_the_sums_are_the_fleet(replica
     after = counts()
     assert {rid: after[rid] - before[rid] for rid in REPLICAS} == {"serve-a": 1, "serve-b": 2}
     assert sum(after.values()) - sum(before.values()) == 3  # Prometheus' sum over the pods is the fleet's count
+
+
+def test_feedback_sent_to_the_wrong_replica_names_the_one_that_keeps_the_audit(replicas, images):
+    import httpx
+
+    rid = _ask(replicas["serve-a"], images["square"], QUESTIONS[0]).headers["x-routedvlm-request-id"]
+    resp = httpx.post(f"{replicas['serve-b']}/v1/audit/feedback", json={"request_id": rid, "answer": "red"},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "other_replica"
+    assert resp.json()["error"]["message"].startswith(f"Request '{rid}' was answered by replica 'serve-a'")
+    resp = httpx.post(f"{replicas['serve-a']}/v1/audit/feedback", json={"request_id": rid, "answer": "red"},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert resp.json()["error"]["code"] == "audit_off"  # the right replica: here it does not audit at all

@@ -12,6 +12,7 @@ from serve_helpers import KEY, QUESTIONS, free_port, post, stop_process, user
 pytestmark = pytest.mark.litellm
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "integrations" / "litellm" / "config.yaml"
+MASTER = "sk-routedvlm-test-master-key-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def proxy(served, tmp_path_factory):
         pytest.fail(f"{binary} is missing: run `make litellm-env` (or set LITELLM_BIN)")
     port, log_path = free_port(), tmp_path_factory.mktemp("litellm") / "proxy.log"
     env = {**os.environ, "ROUTEDVLM_API_BASE": f"{served['url']}/v1", "ROUTEDVLM_API_KEY": KEY,
-           "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"}
+           "LITELLM_MASTER_KEY": MASTER, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(binary), "--config", str(CONFIG), "--host", "127.0.0.1", "--port", str(port)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -49,10 +50,13 @@ def proxy(served, tmp_path_factory):
 def test_the_model_group_answers_as_serve_does_with_its_usage(proxy, served, images):
     q = QUESTIONS[3]
     body = {"model": "routedvlm", "messages": user(images["square"], q)}
-    direct, via = post(served["url"], body), post(proxy, body, key=None)
+    direct, via = post(served["url"], body), post(proxy, body, key=MASTER)
     assert via.status_code == 200, via.text
     d, v = direct.json(), via.json()
     assert v["choices"][0]["message"]["content"] == d["choices"][0]["message"]["content"]
+    # serve's route headers come back prefixed, for the gateway's logs and the client
+    for name in ("x-routedvlm-strategy", "x-routedvlm-models", "x-routedvlm-answer-model"):
+        assert via.headers[f"llm_provider-{name}"] == direct.headers[name], name
     assert {k: v["usage"][k] for k in ("prompt_tokens", "completion_tokens")} == \
         {k: d["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
 
@@ -62,7 +66,7 @@ def test_streaming_through_the_proxy(proxy, served, images):
 
     q = QUESTIONS[1]
     ref = post(served["url"], {"model": "routedvlm", "messages": user(images["square"], q)}).json()
-    client = OpenAI(base_url=f"{proxy}/v1", api_key="unused", max_retries=0)
+    client = OpenAI(base_url=f"{proxy}/v1", api_key=MASTER, max_retries=0)
     chunks = list(client.chat.completions.create(model="routedvlm", messages=user(images["square"], q), stream=True,
                                                  stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -73,8 +77,8 @@ def test_streaming_through_the_proxy(proxy, served, images):
 
 def test_serve_errors_pass_through_and_the_group_stays_in_rotation(proxy, images):
     bad = {"model": "routedvlm", "messages": user(images["square"], "Two images?", n_images=2)}  # serve: --max-images 1
-    resp = post(proxy, bad, key=None)
+    resp = post(proxy, bad, key=MASTER)
     assert resp.status_code == 400, resp.text
     assert "image" in resp.json()["error"]["message"].lower()
-    ok = post(proxy, {"model": "routedvlm", "messages": user(images["square"], QUESTIONS[0])}, key=None)
+    ok = post(proxy, {"model": "routedvlm", "messages": user(images["square"], QUESTIONS[0])}, key=MASTER)
     assert ok.status_code == 200, ok.text  # no cooldown: the next request is answered

@@ -97,12 +97,15 @@ def run(args) -> int:
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import CollaborativePipeline, RoutedVLM
-    from routedvlm.inference.backends.remote import connect
+    from routedvlm.inference.sides.openai import OpenAIVLM
 
-    small = connect(f"http://127.0.0.1:{PORTS['small']}/v1#toy-small", require_prefix_cache=False)
+    def connect(name: str, model: str):  # round-robin escalations report no reuse: count them, do not raise
+        return OpenAIVLM.connect(f"http://127.0.0.1:{PORTS[name]}/v1", model, require_prefix_cache=False)
+
+    small = connect("small", "toy-small")
     routed = {}
     for name in POLICIES:
-        large = connect(f"http://127.0.0.1:{PORTS[name]}/v1#toy-large", require_prefix_cache=False)
+        large = connect(name, "toy-large")
         pipe = CollaborativePipeline(small, large, selector="prefix", k_grid=[args.keep],
                                      max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS)
         routed[name] = RoutedVLM(pipe, Always.make(args.keep), prompt_template="none")

@@ -61,3 +61,13 @@ def test_the_image_installs_its_lock_and_every_package_folder(name, lock):
     assert re.search(rf"pip install --no-deps --require-hashes .*-r {re.escape(lock)}", text)
     assert lock in sources and "integrations/container/entrypoint.sh" in sources
     assert 'ENTRYPOINT ["/usr/local/bin/routedvlm-entrypoint"]' in text and "USER 10001" in text
+
+
+@pytest.mark.parametrize("bad", ["two words", "-leading-dash", "x" * 64, "ünïcode"])
+def test_a_replica_id_that_cannot_name_a_process_is_refused(bad):
+    from routedvlm.errors import ConfigError
+    from routedvlm.inference.serving.cli import ServeConfig
+
+    with pytest.raises(ConfigError, match=r"^The `--replica-id` flag must be 1 to 63 letters, digits"):
+        ServeConfig(small="a", large="b", replica_id=bad)
+    assert ServeConfig(small="a", large="b", replica_id="rv-routedvlm-6d4f9c-x2z").replica_id == "rv-routedvlm-6d4f9c-x2z"

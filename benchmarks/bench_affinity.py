@@ -50,7 +50,7 @@ def vllm_command(servers, name: str, venv: Path) -> list[str]:
 def router_command(router_bin: str, name: str) -> list[str]:
     workers = [f"http://127.0.0.1:{PORTS[r]}" for r in ("large-a", "large-b")]
     return [router_bin, "--host", "127.0.0.1", "--port", str(PORTS[name]), "--policy", POLICIES[name],
-            "--worker-urls", *workers]
+            "--prometheus-port", str(PORTS[name] + 20000), "--worker-urls", *workers]  # each its own metrics port
 
 
 def wait_http(url: str, proc, log: Path, deadline: float) -> None:

@@ -9,8 +9,9 @@ once and loads the models in the background (/ready answers 503 until they are l
 it with exit status 2. Torch, transformers and FastAPI are imported only when serving starts.
 
 Bounds: a connection that sends no complete request head within --header-timeout seconds is closed, an idle
-kept-alive one after --keep-alive-timeout; connections beyond --max-connections and chat requests beyond
---max-queued are answered 503 with Retry-After; a request's model calls stop after --request-timeout seconds
+kept-alive one after --keep-alive-timeout; a body slower than --min-body-rate or longer than --body-timeout is
+answered 408; connections beyond --max-connections or --max-connections-per-client take one of --probe-slots
+(probes only) or are answered 503 with Retry-After, as are chat requests beyond --max-queued; a request's model calls stop after --request-timeout seconds
 (504). On SIGTERM the server stops accepting, gives running requests --shutdown-timeout seconds, then stops
 their model calls at the next token (they answer 503; a prefill under way finishes first, its length bounded by
 the prompt limits), cancels what is left 5 s later and exits.
@@ -39,6 +40,7 @@ EPILOG = """examples:
          "image_url": {"url": "data:image/png;base64,..."}}, {"type": "text", "text": "How many bars?"}]}]}'
   curl -s localhost:8000/ready; curl -s localhost:8000/metrics
 """
+_MAY_BE_ZERO = ("max_connections_per_client", "probe_slots", "min_body_rate")
 THREADS_HELP = ("torch CPU threads per process; 1 (the default) gives stable per-request latencies on a shared "
                 "CPU, raise it on a dedicated machine; 0 keeps torch's default (one per core)")
 
@@ -79,6 +81,17 @@ class ServeConfig:
     header_timeout: int = field(default=10, metadata={"help": "seconds a connection may take to send a request head"})
     keep_alive_timeout: int = field(default=5, metadata={"help": "seconds an idle kept-alive connection stays open"})
     max_connections: int = field(default=512, metadata={"help": "open connections at most (503 + Retry-After beyond)"})
+    max_connections_per_client: int = field(default=32, metadata={
+        "help": "open connections at most from one client address (503 + Retry-After beyond; 0: no limit). Behind a "
+                "proxy every client shares its address: raise it or set 0"})
+    probe_slots: int = field(default=8, metadata={
+        "help": "connections kept beyond both limits for GET /health, /live, /ready and /metrics (at most half of "
+                "them per client address; anything else there answers 503; 0: none)"})
+    body_timeout: int = field(default=60, metadata={
+        "help": "seconds a request body may take in all (408 beyond; see --min-body-rate)"})
+    min_body_rate: int = field(default=1024, metadata={
+        "help": "bytes per second a request body must keep up: it gets --header-timeout seconds plus one second per "
+                "this many bytes sent, at most --body-timeout (408 beyond; 0: only --body-timeout)"})
     max_queued: int = field(default=64, metadata={"help": "chat requests in the server at once (503 + Retry-After beyond)"})
     shutdown_timeout: int = field(default=10, metadata={
         "help": "seconds running requests get to finish after SIGTERM before their model calls are stopped"})
@@ -108,13 +121,17 @@ class ServeConfig:
         self._check_models()
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
                      "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout",
-                     "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout"):
+                     "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout",
+                     "body_timeout", *_MAY_BE_ZERO):
             v = getattr(self, name)
             if v is None and name == "max_prompt_tokens":
                 continue
+            if name in _MAY_BE_ZERO and not isinstance(v, bool) and isinstance(v, int) and v == 0:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or (name == "port" and v > 65535):
                 raise ConfigError(f"The `--{name.replace('_', '-')}` flag must be a positive integer"
-                                  f"{' <= 65535' if name == 'port' else ''}. Got {v!r} instead.")
+                                  f"{' <= 65535' if name == 'port' else ''}{' or 0' if name in _MAY_BE_ZERO else ''}. "
+                                  f"Got {v!r} instead.")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {self.threads!r} instead.")
         if isinstance(self.audit_rate, bool) or not isinstance(self.audit_rate, (int, float)) or not 0 <= self.audit_rate <= 1:
@@ -146,6 +163,15 @@ class ServeConfig:
         if self.served_model_name in ladder_aliases(len(models)):
             raise ConfigError(f"The `--served-model-name` flag must differ from the plain models' ids "
                               f"{list(ladder_aliases(len(models)))}. Got {self.served_model_name!r}.")
+
+    @property
+    def connection_limits(self):
+        from .connections import ConnectionLimits
+
+        return ConnectionLimits(header_timeout=self.header_timeout, max_connections=self.max_connections,
+                                max_connections_per_client=self.max_connections_per_client,
+                                probe_slots=self.probe_slots, body_timeout=self.body_timeout,
+                                min_body_rate=self.min_body_rate)
 
     @property
     def limits(self) -> Limits:
@@ -212,13 +238,14 @@ def uvicorn_config(app, cfg: ServeConfig):
 
     import uvicorn
 
-    from .guards import STOP_GRACE_S, guarded_protocol
+    from .connections import guarded_protocol
+    from .guards import STOP_GRACE_S
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                          http=guarded_protocol(cfg.header_timeout, cfg.max_connections),
+                          http=guarded_protocol(cfg.header_timeout, cfg.max_connections, cfg.connection_limits),
                           timeout_keep_alive=cfg.keep_alive_timeout,
                           timeout_graceful_shutdown=cfg.shutdown_timeout + STOP_GRACE_S)
 

@@ -78,6 +78,9 @@ class ServeConfig:
         "help": "max prompt tokens after the chat template, images included; default: what fits the context "
                 "(400 context_length_exceeded beyond)"})
     request_timeout: int = field(default=300, metadata={"help": "seconds after which a request's model calls stop (504)"})
+    decision_timeout: int = field(default=10, metadata={
+        "help": "seconds the router's decision may take; one that overruns is answered by the fallback and /health "
+                "reports the router unhealthy until it returns"})
     header_timeout: int = field(default=10, metadata={"help": "seconds a connection may take to send a request head"})
     keep_alive_timeout: int = field(default=5, metadata={"help": "seconds an idle kept-alive connection stays open"})
     max_connections: int = field(default=512, metadata={"help": "open connections at most (503 + Retry-After beyond)"})
@@ -120,7 +123,7 @@ class ServeConfig:
     def __post_init__(self):
         self._check_models()
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
-                     "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout",
+                     "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout", "decision_timeout",
                      "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout",
                      "body_timeout", *_MAY_BE_ZERO):
             v = getattr(self, name)
@@ -218,7 +221,7 @@ def _loader(cfg: ServeConfig):
             cfg.models, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
             max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
             min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
-            audit_rate=cfg.audit_rate, audit=_audit_config(cfg),
+            audit_rate=cfg.audit_rate, audit=_audit_config(cfg), decision_timeout=cfg.decision_timeout,
         )
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "

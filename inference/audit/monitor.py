@@ -4,6 +4,9 @@ Each audit of a uniformly sampled request gives d = 1[routed answer != reference
 gives r = 1[reference right and routed wrong] (the certified regret; r <= d). Upper bound on the regret rate: the
 confidence sequence of bounds.py on z = r where gold is known, else d (z >= r, so it bounds the regret whether or
 not gold arrives, and however it is chosen). Lower bound: on y = r where gold is known, else 0 (y <= r).
+Gold comes only from the holder of the feedback key (serve --feedback-key), and each audited request's once; the
+snapshot reports the gold-free upper bound (on the disagreement rate alone) beside the gold-informed one, so a
+status that gold moved is never mixed in silently.
 Status: *holding* (upper bound <= alpha), *violated* (lower bound > alpha: only with gold), else *unproven*; within
 an epoch a status once reached stays (the running intersection of the bounds, valid like the bounds themselves).
 Audits are grouped in epochs of `window` audits (0: one epoch for ever); epoch k uses level
@@ -189,4 +192,5 @@ class AuditMonitor:
                     "failed": self.failed, "epoch": ep.index, "epoch_audits": ep.audits,
                     "disagreement_rate": ep.disagreements / ep.audits if ep.audits else None,
                     "gold": ep.gold, "upper_bound": upper, "lower_bound": lower,
-                    "bound_on": "regret" if ep.gold else "disagreement"}
+                    "bound_on": "regret" if ep.gold else "disagreement",
+                    "gold_free_upper_bound": upper_bound(ep.disagreements, ep.audits, ep.level)}

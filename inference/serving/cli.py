@@ -65,6 +65,9 @@ class ServeConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind (loopback by default)"})
     port: int = field(default=8000, metadata={"help": "TCP port"})
     api_key: str | None = field(default=None, metadata={"help": "require 'Authorization: Bearer KEY' (default $ROUTEDVLM_API_KEY)"})
+    feedback_key: str | None = field(default=None, metadata={
+        "help": "the key POST /v1/audit/feedback needs (default $ROUTEDVLM_FEEDBACK_KEY; none: gold feedback is off). "
+                "The chat key does not authorise gold: give it only to whoever grades answers"})
     served_model_name: str = field(default="routedvlm", metadata={"help": "model id of the routed model"})
     max_images: int = field(default=1, metadata={"help": "max images per request"})
     max_image_pixels: int = field(default=4096 * 4096, metadata={"help": "max width*height per image"})
@@ -273,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     cfg = ServeConfig(**args)
     cfg.api_key = cfg.api_key or os.environ.get("ROUTEDVLM_API_KEY") or None
+    cfg.feedback_key = cfg.feedback_key or os.environ.get("ROUTEDVLM_FEEDBACK_KEY") or None
+    if cfg.feedback_key is not None and cfg.feedback_key == cfg.api_key:
+        raise ConfigError("The `--feedback-key` flag must differ from `--api-key`: gold feedback is a separate role "
+                          "from chatting. Pick another key.")
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not _is_loopback(cfg.host):
         print(f"warning: binding {cfg.host} exposes the server beyond this machine"
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         server.should_exit = True
 
     app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, sides=cfg.aliases,
-                     api_key=cfg.api_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
+                     api_key=cfg.api_key, feedback_key=cfg.feedback_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
                      request_timeout=cfg.request_timeout, max_queued=cfg.max_queued)
     server = graceful_server(uvicorn_config(app, cfg), app.state.deadlines, cfg.shutdown_timeout)
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "

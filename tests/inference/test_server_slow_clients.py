@@ -2,40 +2,14 @@
 byte at a time is answered 408 and frees its chat slot; one client address beyond its connection quota gets a
 reserved probe slot (probes answer, chats 503) and then 503 at once, while another address is served; with every
 connection slot taken, /health still answers on a reserved slot. Loops are bounded by socket timeouts."""
-import contextlib
 import socket
-import threading
 import time
 
 import pytest
-from serve_helpers import free_port, post, user
+from serve_helpers import limited_server, post, user
 
 CHAT_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
              b"content-length: 1000\r\n\r\n")
-
-
-@contextlib.contextmanager
-def limited_server(app, **limits):
-    """`app` under uvicorn with the guarded protocol and ConnectionLimits(**limits), in a thread; yields its port."""
-    import uvicorn
-
-    from routedvlm.inference.serving.connections import ConnectionLimits, guarded_protocol
-
-    cl = ConnectionLimits(**{"header_timeout": 10.0, "max_connections": 1000, **limits})
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=2,
-                                           http=guarded_protocol(cl.header_timeout, cl.max_connections, cl)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(600):
-        if server.started:
-            break
-        time.sleep(0.05)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from routedvlm.errors import ConfigError, InputError
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 HOLDING, UNPROVEN, VIOLATED = "holding", "unproven", "violated"
 STATUSES = (HOLDING, UNPROVEN, VIOLATED)
 MAX_REMEMBERED = 100_000  # audits that can still take gold feedback (the most recent ones)
+HISTORY_ROWS = 10_000  # status history kept in memory (the audit log keeps all of it on disk)
 
 
 class FeedbackError(InputError, KeyError):
@@ -93,7 +94,7 @@ class AuditMonitor:
     router: str = "router"
     delta: float = 0.05
     window: int = 0
-    history: list = field(default_factory=list, repr=False)
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_ROWS), repr=False)  # the newest statuses
 
     def __post_init__(self):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:

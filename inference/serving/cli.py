@@ -115,6 +115,9 @@ class ServeConfig:
                                                             "certificate's reference strategy (0 = off; docs/audit.md)"})
     audit_log: str | None = field(default=None, metadata={"help": "audit log path (parts folder <path>.parts, like "
                                                                    "labels); default: audits are kept in memory only"})
+    audit_replica: str | None = field(default=None, metadata={
+        "help": "this server's id when several replicas share --audit-log: it writes <path>.replica-<id>.parts and "
+                "`routedvlm audit report <path>` merges them (default $ROUTEDVLM_REPLICA_ID; e.g. the pod name)"})
     audit_store_inputs: bool = field(default=False, metadata={"help": "store audited requests' questions and images in "
                                                                       "the audit log (privacy: see docs/audit.md)"})
     audit_alpha: float | None = field(default=None, metadata={"help": "limit on the regret rate (default: the "
@@ -267,9 +270,20 @@ def _audit_config(cfg: ServeConfig):
     if cfg.audit_log:
         from routedvlm.data.audit import AuditLog
 
-        log = AuditLog(cfg.audit_log, store_inputs=cfg.audit_store_inputs)
+        log = AuditLog(cfg.audit_log, store_inputs=cfg.audit_store_inputs, replica=cfg.audit_replica)
     return AuditConfig(rate=cfg.audit_rate, log=log, store_inputs=cfg.audit_store_inputs, alpha=cfg.audit_alpha,
                        delta=cfg.audit_delta, window=cfg.audit_window, queue_size=cfg.audit_queue_size)
+
+
+def _close_audit(routed) -> None:
+    """Finish the queued audits (10 s at most) and write the audit log's buffered records."""
+    auditor = getattr(routed, "auditor", None)
+    if auditor is None:
+        return
+    auditor.close()
+    close = getattr(auditor.sink, "close", None)
+    if close is not None:
+        close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ServeConfig(**args)
     cfg.api_key = cfg.api_key or os.environ.get("ROUTEDVLM_API_KEY") or None
     cfg.feedback_key = cfg.feedback_key or os.environ.get("ROUTEDVLM_FEEDBACK_KEY") or None
+    cfg.audit_replica = cfg.audit_replica or os.environ.get("ROUTEDVLM_REPLICA_ID") or None
     if cfg.feedback_key is not None and cfg.feedback_key == cfg.api_key:
         raise ConfigError("The `--feedback-key` flag must differ from `--api-key`: gold feedback is a separate role "
                           "from chatting. Pick another key.")
@@ -299,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
           "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)
     server.run()
+    _close_audit(app.state.serving.routed)
     error = app.state.serving.error
     if error is not None:
         if isinstance(error, RoutedVLMError):

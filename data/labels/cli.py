@@ -51,6 +51,7 @@ def import_command(args) -> int:
 
     from .outcomes import import_outcomes, outcome_metadata
     from .schema import write_labels
+    from .validate import inspect_labels
 
     try:
         prices = {k.strip(): float(v) for k, v in (item.split("=", 1) for item in args.ms_per_token.split(",") if item)}
@@ -63,7 +64,12 @@ def import_command(args) -> int:
         raise LabelsError(f"Cannot read the outcome table {args.file!r}: {exc}") from exc
     labels = import_outcomes(df, args.layout, order=args.order, small=args.small, dataset=args.dataset,
                              ms_per_token=prices, min_score=args.min_score)
-    write_labels(labels, args.out, outcome_metadata(labels, args.layout, args.file))
+    metadata = outcome_metadata(labels, args.layout, args.file)
+    problems, _ = inspect_labels(labels, metadata, strict=False)
+    if problems:  # the table's checks should have caught it: never write what `labels validate` rejects
+        raise LabelsError(f"The imported labels would not validate ({len(problems)} problem(s)); nothing written: "
+                          f"{problems[0]}")
+    write_labels(labels, args.out, metadata)
     parts = [f"{a}_direct = {m} (accuracy {labels[f'correct__{a}_direct'].mean():.3f})"
              for a, m in labels.attrs["models"].items()]
     print(f"wrote {len(labels)} rows to {args.out}: " + ", ".join(parts))

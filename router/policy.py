@@ -22,6 +22,7 @@ from pathlib import Path
 
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
+from .certificate_fields import certificate_field_problems
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
@@ -202,6 +203,7 @@ class Policy:
                 out.append(f"`certificate` lacks {missing}; a certificate records {list(CERTIFICATE_KEYS)}.")
             else:
                 out += _certificate_problems(c, uses_model(self.decision_rule))
+                out += certificate_field_problems(c, self.ladder or PAIR)
         return out
 
     @property

@@ -76,3 +76,16 @@ def test_label_refuses_a_k_no_router_could_load_before_any_work(tmp_path, capsys
     err = capsys.readouterr().err
     assert code != 0 and "65536" in err and err.startswith("error: ") and not out.exists()
     assert not (tmp_path / "labels.parquet.parts").exists()
+
+
+def test_a_models_lookup_in_a_missing_store_creates_nothing(tmp_path, monkeypatch):
+    """Issue 39: load_router('models:/...', tracking_uri='sqlite:///<missing dir>/mlflow.db') made the folder and an
+    empty 954 KB store, then said 'model not found'."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    with pytest.raises(RouterLoadError, match=r"there is no MLflow store at .*nowhere/mlflow.db' \(nothing was created\)"):
+        load_router("models:/vlm-router@champion", tracking_uri=f"sqlite:///{missing}")
+    with pytest.raises(RouterLoadError, match=r"there is no MLflow store at .*mlruns/mlflow.db"):
+        load_router("models:/vlm-router@champion")  # the default store under the working folder
+    assert list(tmp_path.iterdir()) == []  # no folder, no store

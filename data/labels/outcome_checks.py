@@ -60,7 +60,9 @@ def _check_costs(series: pd.Series, col: str) -> None:
         bad = ~np.isfinite(values) | (values < 0) | (values > MAX_COST)
     if bad.any():
         row = int(np.argmax(bad))
-        raise LabelsError(f"Row {row}, column {col!r}: cost {series.iloc[row]!r} is not a cost; costs must be finite "
+        value = series.iloc[row]
+        value = value.item() if hasattr(value, "item") else value  # 'nan', not 'np.float64(nan)'
+        raise LabelsError(f"Row {row}, column {col!r}: cost {value!r} is not a cost; costs must be finite "
                           f"numbers in [0, {MAX_COST:g}] ({int(bad.sum())} row(s) like it). Fix or drop those rows.")
 
 

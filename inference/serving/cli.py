@@ -81,6 +81,9 @@ class ServeConfig:
         "help": "max prompt tokens after the chat template, images included; default: what fits the context "
                 "(400 context_length_exceeded beyond)"})
     request_timeout: int = field(default=300, metadata={"help": "seconds after which a request's model calls stop (504)"})
+    allow_checkpoint_mismatch: bool = field(default=False, metadata={
+        "help": "serve the router even on checkpoints other than the ones it was trained on (policy.json records "
+                "their hashes; default: refused, the fallback answers)"})
     decision_timeout: int = field(default=10, metadata={
         "help": "seconds the router's decision may take; one that overruns is answered by the fallback and /health "
                 "reports the router unhealthy until it returns"})
@@ -228,6 +231,7 @@ def _loader(cfg: ServeConfig):
             max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
             min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
             audit_rate=cfg.audit_rate, audit=_audit_config(cfg), decision_timeout=cfg.decision_timeout,
+            allow_checkpoint_mismatch=cfg.allow_checkpoint_mismatch,
         )
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "

@@ -30,12 +30,13 @@ class KeyCheck:
 
     def _refusal(self, scope):
         path = scope["path"]
-        if not path.startswith("/v1"):
+        feedback = path.rstrip("/") == FEEDBACK_PATH
+        if not path.startswith("/v1") or (self.expected is None and not feedback):
             return None
         token, exc = _bearer(scope)
         if exc is not None:
             return exc
-        if path.rstrip("/") == FEEDBACK_PATH:
+        if feedback:
             if self.feedback is None:
                 return APIError(403, "Gold feedback is off on this server: it needs its own key (routedvlm serve "
                                      "--feedback-key or $ROUTEDVLM_FEEDBACK_KEY); the chat API key does not authorise "
@@ -44,7 +45,7 @@ class KeyCheck:
                 return APIError(401, "Missing or wrong feedback key: send 'Authorization: Bearer <feedback key>' "
                                      "(the chat API key does not authorise gold feedback).", code="invalid_api_key")
             return None
-        if self.expected is not None and (token is None or not hmac.compare_digest(token, self.expected)):
+        if token is None or not hmac.compare_digest(token, self.expected):
             return APIError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
         return None
 

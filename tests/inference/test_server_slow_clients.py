@@ -123,3 +123,22 @@ def test_with_every_slot_taken_health_still_answers(routed):
         assert _request(probe, "GET", "/v1/models")[0] == 503
         for s in held:
             s.close()
+
+
+def test_the_slow_client_flags_are_checked_and_reach_the_limits():
+    from routedvlm.errors import ConfigError
+    from routedvlm.inference.serving.cli import ServeConfig, build_parser
+
+    def config(*flags):
+        return ServeConfig(**vars(build_parser().parse_args(["--small", "s", "--large", "l", *flags])))
+
+    limits = config("--max-connections-per-client", "0", "--probe-slots", "0", "--body-timeout", "30",
+                    "--min-body-rate", "0").connection_limits
+    assert (limits.max_connections_per_client, limits.probe_slots, limits.body_timeout, limits.min_body_rate) == \
+        (0, 0, 30, 0)
+    assert limits.body_deadline(10**9) == 30  # never past --body-timeout, however fast
+    assert config().connection_limits.body_deadline(2048) == 10 + 2  # --header-timeout + 1 s per 1024 bytes
+    for flag, value in (("--max-connections-per-client", "-1"), ("--probe-slots", "-2"), ("--body-timeout", "0"),
+                        ("--min-body-rate", "-5"), ("--decision-timeout", "0")):
+        with pytest.raises(ConfigError, match=rf"^The `{flag}` flag must be a positive integer"):
+            config(flag, value)

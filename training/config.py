@@ -8,6 +8,8 @@ from routedvlm.router.router_types import TRAINABLE
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
+RELATIVE_LOSSES = ("difference", "regret")  # training/calibration/certify.py's, for the --help without its imports
+DIFFERENCE_TESTS = ("clopper-pearson", "betting")
 ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
 HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
@@ -39,8 +41,18 @@ class TrainConfig:
     mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
                    choices=MODES)
     target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's (the "
-                                             "candidate most accurate on the training rows), certified as its regret "
-                                             f"(default {DEFAULT_TARGET_ACCURACY} when no other target is given)")
+                                             "candidate most accurate on the training rows), certified as "
+                                             f"--relative-loss says (default {DEFAULT_TARGET_ACCURACY} when no other target is given)")
+    relative_loss: str = _f("difference", "what --target-accuracy certifies: difference (the accuracy difference to "
+                                          "the reference itself, +1 where it is right and the router wrong, -1 the "
+                                          "other way round: exactly 'accuracy >= reference's - alpha') or regret "
+                                          "(only the rows the reference gets right count: the stronger 'never worse "
+                                          "than the reference on its rows but an alpha share', at some cost in savings)",
+                            choices=RELATIVE_LOSSES)
+    difference_test: str = _f("clopper-pearson", "the p-value of --relative-loss difference: clopper-pearson (upper "
+                                                 "bound on the loss rows minus lower bound on the gain rows, delta/2 "
+                                                 "each) or betting (Waudby-Smith-Ramdas, variance-adaptive)",
+                              choices=DIFFERENCE_TESTS)
     min_accuracy: float | None = _f(None, "absolute accuracy target in (0, 1), certified as the error rate (instead "
                                           "of --target-accuracy)")
     max_latency_ms: float | None = _f(None, "mean realized latency budget in ms (instead of --target-accuracy; "
@@ -116,6 +128,10 @@ class TrainConfig:
         if self.router == "self-probe" and self.mode != "cascade":
             problems.append("the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first; "
                             f"got {self.mode!r}")
+        if self.relative_loss not in RELATIVE_LOSSES:
+            problems.append(f"`relative_loss` must be {one_of(RELATIVE_LOSSES)}; got {self.relative_loss!r}")
+        if self.difference_test not in DIFFERENCE_TESTS:
+            problems.append(f"`difference_test` must be {one_of(DIFFERENCE_TESTS)}; got {self.difference_test!r}")
         if self.mode not in MODES:
             problems.append(f"`mode` must be {one_of(MODES)}; got {self.mode!r}")
         given = [n for n in ("target_accuracy", "min_accuracy", "max_latency_ms") if getattr(self, n) is not None]
@@ -169,12 +185,14 @@ class TrainConfig:
 
     @property
     def target(self) -> dict:
-        """The policy target: {"kind": "accuracy"|"min_accuracy"|"latency_ms", "value": x}."""
+        """The policy target: {"kind": "accuracy"|"min_accuracy"|"latency_ms", "value": x}; an accuracy target also
+        names its certified `loss` (and the difference's `test`)."""
         if self.max_latency_ms is not None:
             return {"kind": "latency_ms", "value": float(self.max_latency_ms)}
         if self.min_accuracy is not None:
             return {"kind": "min_accuracy", "value": float(self.min_accuracy)}
-        return {"kind": "accuracy", "value": float(self.target_accuracy)}
+        out = {"kind": "accuracy", "value": float(self.target_accuracy), "loss": self.relative_loss}
+        return {**out, "test": self.difference_test} if self.relative_loss == "difference" else out
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -163,9 +163,11 @@ def policy_metrics(ev: dict) -> dict:
            "test_standard_error": ev["standard_error_test"],
            "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
            "calibration_rows": cal["n"], "certificate_delta": cert["delta"],
+           "certificate_delta_each": cert.get("delta_each", cert["delta"]),
            "certificate_delta_after_selection": cert.get("delta_after_selection"), "certificate_bound": cert["bound"],
            "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
-           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
+           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"],
+           "certificate_trivial": cert.get("trivial", False)}
     out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
     return out
 

@@ -64,7 +64,10 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
 
 
 def test_config_validation():
-    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95}
+    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "clopper-pearson"}
+    assert TrainConfig(relative_loss="regret").target == {"kind": "accuracy", "value": 0.95, "loss": "regret"}
+    with pytest.raises(ConfigError, match="`relative_loss` must be"):
+        TrainConfig(relative_loss="hinge")
     assert TrainConfig(max_latency_ms=500).target == {"kind": "latency_ms", "value": 500.0}
     assert TrainConfig(min_accuracy=0.9).target == {"kind": "min_accuracy", "value": 0.9}
     assert TrainConfig(strategies="large_direct, transfer_64").strategies == ["large_direct", "transfer_64"]

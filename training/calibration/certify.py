@@ -1,21 +1,27 @@
 """Certified calibration (Learn-then-Test): the member of the rule family (rule_family.py) that meets the target
 with a finite-sample guarantee at the least mean latency on the calibration rows.
 
-The certified loss is 0/1 per row; its mean is the risk, limited to `alpha`:
+The certified loss per row; its mean is the risk, limited to `alpha`:
 - target `accuracy` f (a fraction of the best single strategy's): the reference is the candidate most accurate on
-  the training rows (normally large_reason); loss = 1[reference right and chosen wrong] (the regret); alpha = (1 - f)
-  x the reference's training accuracy. Certified: accuracy >= accuracy(reference) - alpha (the policy is right
-  wherever the reference is, except on regret rows; rows it gets right and the reference wrong count for nothing).
+  the training rows (normally large_reason); alpha = (1 - f) x the reference's training accuracy. Certified:
+  accuracy >= accuracy(reference) - alpha. Two losses (`target["loss"]`):
+  - `difference` (the default): the accuracy difference itself, +1 [reference right and chosen wrong], -1 [reference
+    wrong and chosen right], else 0; its mean is accuracy(reference) - accuracy(chosen), exactly the quantity asked
+    for. p-value (`target["test"]`): `clopper-pearson` (the default, by measurement: benchmarks/README.md, "Price of
+    the guarantee"): the least level at which the Clopper-Pearson upper bound on P(+1) minus the lower bound on
+    P(-1), each at half the level, is <= alpha; or `betting` (Waudby-Smith-Ramdas, ltt.betting_p_value);
+  - `regret`: 1[reference right and chosen wrong] (rows it gets right and the reference wrong count for nothing):
+    the stronger statement "never worse than the reference on its rows, but on an alpha share"; exact binomial.
 - target `min_accuracy` a: loss = 1[chosen wrong], alpha = 1 - a. Certified: accuracy >= a.
 - target `latency_ms` L: not certified; the most accurate member whose calibration mean latency is <= L.
-One null "risk > alpha" per member, p-value P(Binomial(n, alpha) <= losses) (ltt.py); fixed-sequence testing in each
-chain at level delta / (number of chains), Bonferroni over the chains: with probability >= 1 - delta over the
-calibration draw every certified member has risk <= alpha on new traffic from the same distribution (i.i.d.;
-nothing per request, nothing under shift). The least mean calibration latency wins among the certified (ties: lower
-risk, then the simpler rule: baselines, binary, tau, lagrangian). "Always the reference" has regret 0 by
-construction: certified without a test. When nothing else is certified the calibration is infeasible: always the
-reference, and `rows_needed` says about how many calibration rows would certify the most promising member at its
-observed risk.
+One null "risk > alpha" per member (ltt.py); fixed-sequence testing in each chain at level delta / (number of
+chains), Bonferroni over the chains: with probability >= 1 - delta over the calibration draw every certified member
+has risk <= alpha on new traffic from the same distribution (i.i.d.; nothing per request, nothing under shift). The
+least mean calibration latency wins among the certified (ties: lower risk, then the simpler rule: baselines, binary,
+tau, lagrangian). "Always the reference" has loss 0 on every row by construction: certified without a test, and
+reported as trivial (`trivial: true`): a target only it meets is no routing. When nothing else is certified the
+calibration is infeasible: always the reference, and `rows_needed` says about how many calibration rows would
+certify the most promising member at its observed risk.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from routedvlm.errors import ConfigError
 from routedvlm.router.strategies import strategy_order
 from routedvlm.router.decision_rules import fixed_rule
 
+from ..config import DIFFERENCE_TESTS, RELATIVE_LOSSES  # the loss of a relative target; the first is the default
 from . import ltt
 from .rule_family import CHAINS, Member, Scorer, baseline_members, model_chains
 from .selection import SELF_ONLY, claim_sentence
@@ -36,31 +43,63 @@ from .selection import SELF_ONLY, claim_sentence
 log = logging.getLogger(__name__)
 DEFAULT_DELTA = 0.1
 METHOD = "learn-then-test: exact binomial p-values, fixed-sequence testing per rule chain, Bonferroni over chains"
+METHODS = {"clopper-pearson": "learn-then-test: accuracy difference, Clopper-Pearson upper bound on P(reference right, "
+                              "chosen wrong) minus lower bound on P(reference wrong, chosen right) at delta/2 each, "
+                              "fixed-sequence testing per rule chain, Bonferroni over chains",
+           "betting": "learn-then-test: accuracy difference, Waudby-Smith-Ramdas betting p-values (loss in [-1, 1]), "
+                      "fixed-sequence testing per rule chain, Bonferroni over chains"}
 
 
 @dataclass
 class RiskSpec:
-    """What is certified: `kind` 'regret' (vs `reference`), 'error', or 'none' (latency budgets), at limit `alpha`."""
+    """What is certified: `kind` 'difference' or 'regret' (vs `reference`), 'error', or 'none' (latency budgets), at
+    limit `alpha`; `test`: the difference's p-value (DIFFERENCE_TESTS)."""
 
     kind: str
     alpha: float | None
     reference: str
     reference_train_accuracy: float
+    test: str = "clopper-pearson"
+
+    @property
+    def relative(self) -> bool:
+        return self.kind in RELATIVE_LOSSES
 
     def losses(self, df: pd.DataFrame, correct: np.ndarray) -> np.ndarray:
-        if self.kind == "regret":
-            return df[f"correct__{self.reference}"].to_numpy(dtype=bool) & ~correct
-        return ~np.asarray(correct, dtype=bool)
+        """The loss per row: bool (0/1 losses), or int8 in {-1, 0, 1} for the difference."""
+        correct = np.asarray(correct, dtype=bool)
+        if self.relative:
+            ref = df[f"correct__{self.reference}"].to_numpy(dtype=bool)
+            if self.kind == "regret":
+                return ref & ~correct
+            return (ref & ~correct).astype(np.int8) - (~ref & correct).astype(np.int8)
+        return ~correct
+
+    def p_values(self, losses: np.ndarray, level: float) -> np.ndarray:
+        """The p-value of "risk > alpha" of each member (rows of `losses`, [members, n]), tested at `level`."""
+        n = losses.shape[-1]
+        if self.kind != "difference":
+            return np.asarray(ltt.binomial_p_value(losses.sum(axis=-1), n, self.alpha), dtype=float)
+        if self.test == "betting":
+            return ltt.betting_p_value(losses, self.alpha, -1.0, 1.0, level)
+        return ltt.difference_p_value((losses > 0).sum(axis=-1), (losses < 0).sum(axis=-1), n, self.alpha)
+
+    @property
+    def method(self) -> str:
+        return METHODS[self.test] if self.kind == "difference" else METHOD
 
     @property
     def loss_text(self) -> str:
+        r = self.reference
+        if self.kind == "difference":
+            return f"accuracy difference vs {r}: +1[{r} right and chosen wrong] - 1[{r} wrong and chosen right]"
         if self.kind == "regret":
-            return f"regret vs {self.reference}: 1[{self.reference} right and chosen wrong]"
+            return f"regret vs {r}: 1[{r} right and chosen wrong]"
         return "error: 1[chosen wrong]" if self.kind == "error" else "none (latency budgets are not certified)"
 
     def is_trivial(self, member: Member) -> bool:
-        """'Always the reference' under a regret loss: loss 0 on every row, by construction."""
-        return self.kind == "regret" and member.rule == fixed_rule(self.reference)
+        """'Always the reference' under a relative loss: loss 0 on every row, by construction."""
+        return self.relative and member.rule == fixed_rule(self.reference)
 
 
 def risk_spec(target: dict, train: pd.DataFrame, candidates, reference: str | None = None) -> RiskSpec:
@@ -70,7 +109,11 @@ def risk_spec(target: dict, train: pd.DataFrame, candidates, reference: str | No
     ref = reference or max(sorted(candidates, key=strategy_order, reverse=True), key=lambda s: accs[s])  # ties: costlier
     kind, value = target["kind"], float(target["value"])
     if kind == "accuracy":
-        return RiskSpec("regret", (1.0 - value) * accs[ref], ref, accs[ref])
+        loss, test = target.get("loss", RELATIVE_LOSSES[0]), target.get("test", DIFFERENCE_TESTS[0])
+        if loss not in RELATIVE_LOSSES or test not in DIFFERENCE_TESTS:
+            raise ConfigError(f"An accuracy target's `loss` must be one of {', '.join(RELATIVE_LOSSES)} and its `test` "
+                              f"one of {', '.join(DIFFERENCE_TESTS)}. Got {loss!r} and {test!r} instead.")
+        return RiskSpec(loss, (1.0 - value) * accs[ref], ref, accs[ref], test)
     if kind == "min_accuracy":
         return RiskSpec("error", 1.0 - value, ref, accs[ref])
     return RiskSpec("none", None, ref, accs[ref])
@@ -83,18 +126,20 @@ class Scored:
     member: Member
     accuracy: float
     mean_latency_ms: float
-    losses: int
+    losses: int  # rows with loss +1
     n: int
     p_value: float | None = None
     certified: bool = False
+    gains: int = 0  # rows with loss -1 (the difference: reference wrong and chosen right)
 
     @property
     def risk(self) -> float:
-        return self.losses / self.n if self.n else float("nan")
+        return (self.losses - self.gains) / self.n if self.n else float("nan")
 
     def to_dict(self) -> dict:
         return {**self.member.to_dict(), "accuracy": self.accuracy, "mean_latency_ms": self.mean_latency_ms,
-                "losses": self.losses, "risk": self.risk, "p_value": self.p_value, "certified": self.certified}
+                "losses": self.losses, "gains": self.gains, "risk": self.risk, "p_value": self.p_value,
+                "certified": self.certified}
 
 
 @dataclass
@@ -125,32 +170,52 @@ class Calibration:
         if s.kind == "none":
             return (f"latency budget {self.target['value']:g} ms: {c.member.name} has mean latency "
                     f"{c.mean_latency_ms:.1f} ms on the {self.n} calibration rows (not certified)")
-        claim = (f"accuracy >= accuracy({s.reference}) - {s.alpha:.4f}" if s.kind == "regret"
+        claim = (f"accuracy >= accuracy({s.reference}) - {s.alpha:.4f}" if s.relative
                  else f"accuracy >= {1 - s.alpha:.4f}")
         if not self.feasible:
             more = (f"about {self.rows_needed} are needed ({self.needed_for} at its observed risk)" if self.rows_needed
                     else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
             return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
                     f"{more}. Falling back to always {c.member.rule.get('strategy', s.reference)}.")
-        return claim_sentence(self.delta, 1, self.delta, f"{claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; "
-                              f"observed {c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+        seen = f"{c.losses} - {c.gains}" if s.kind == "difference" else f"{c.losses}"
+        fixed = (f"a fixed rule, no routing: only always {c.member.rule.get('strategy')} is certified; "
+                 if self.trivial else "")
+        return claim_sentence(self.delta, 1, self.delta, f"{claim} ({fixed}{c.member.name}; {s.loss_text} <= "
+                              f"{s.alpha:.4f}; observed {seen} in {self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+
+    @property
+    def trivial(self) -> bool:
+        """The chosen rule is a fixed strategy (no routing): what it certifies needs no router."""
+        return self.chosen is not None and self.chosen.member.rule.get("name") == "fixed"
+
+    @property
+    def outcome(self) -> str:
+        """'routing' (a rule that routes is certified), 'fixed rule' (only a fixed strategy other than the reference
+        is), 'infeasible' (only the reference, certified by construction: always it), 'not certified' (budgets)."""
+        if self.spec.kind == "none":
+            return "not certified"
+        return "infeasible" if not self.feasible else "fixed rule" if self.trivial else "routing"
 
     def certificate(self) -> dict:
         """What policy.json records (`certificate`)."""
         s, c = self.spec, self.chosen
-        bound = None if s.kind == "none" else (s.alpha if s.kind == "regret" else 1 - s.alpha)
-        meaning = {"regret": f"accuracy >= accuracy({s.reference}) - bound", "error": "accuracy >= bound",
-                   "none": "no bound"}[s.kind]
+        bound = None if s.kind == "none" else (s.alpha if s.relative else 1 - s.alpha)
+        meaning = ("no bound" if s.kind == "none" else "accuracy >= bound" if s.kind == "error"
+                   else f"accuracy >= accuracy({s.reference}) - bound")
+        # `delta`: the level that holds for this router (restated after any choice among routers: selection.py);
+        # `delta_each`: the level its own test ran at; `level_per_chain`: each chain's fixed-sequence level
         return {"delta": self.delta, "delta_each": self.delta, "delta_after_selection": self.delta,
                 "routers_compared": 1, "selection": SELF_ONLY, "calibration_hash": self.calibration_hash,
                 "n": self.n, "bound": bound, "bound_meaning": meaning,
-                "method": METHOD if s.kind != "none" else "empirical (latency budgets are not certified)",
-                "loss": s.loss_text, "risk_limit": s.alpha, "reference": s.reference,
+                "method": s.method if s.kind != "none" else "empirical (latency budgets are not certified)",
+                "loss": s.loss_text, "loss_kind": s.kind, "risk_limit": s.alpha, "reference": s.reference,
                 "reference_train_accuracy": s.reference_train_accuracy, "level_per_chain": self.level,
                 "chains": [k for k in CHAINS if k in self.chains], "chosen": c.member.name,
                 "router_mode": self.router_mode[0], "router_paid_stages": list(self.router_mode[1]),
-                "risk_observed": c.risk, "losses": c.losses, "p_value": c.p_value, "certified": bool(c.certified),
-                "feasible": bool(self.feasible), "rows_needed": self.rows_needed, "statement": self.statement()}
+                "risk_observed": c.risk, "losses": c.losses, "gains": c.gains, "p_value": c.p_value,
+                "certified": bool(c.certified and self.feasible) if s.kind != "none" else False,
+                "feasible": bool(self.feasible), "trivial": self.trivial, "outcome": self.outcome,
+                "rows_needed": self.rows_needed, "statement": self.statement()}
 
     def to_dict(self) -> dict:
         return {"certificate": self.certificate(), "chosen": self.chosen.to_dict(),
@@ -164,7 +229,7 @@ TIE_ORDER = ("baselines", "binary", "tau", "lagrangian")  # equal latency and ri
 
 
 def _rank(s: Scored) -> tuple:
-    return (s.mean_latency_ms, s.losses, TIE_ORDER.index(s.member.chain))
+    return (s.mean_latency_ms, s.risk, TIE_ORDER.index(s.member.chain))
 
 
 def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, list[Member]]:
@@ -191,22 +256,25 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
     spec = risk_spec(target, train, router.policy.strategies, reference)
     chains = ordered_chains(router, train, spec)
     scorer, n = Scorer(router, calib, proba, model_cost_ms), len(calib)
-    scored = {}
+    scored, loss_rows = {}, {}
     for name, members in chains.items():
-        rows = []
+        rows, lost = [], []
         for m in members:
             correct, latency, _ = scorer.score(m)
-            rows.append(Scored(m, float(correct.mean()), float(latency.mean()),
-                               int(spec.losses(scorer.df, correct).sum()), n))
-        scored[name] = rows
+            loss = spec.losses(scorer.df, correct)
+            lost.append(loss)
+            rows.append(Scored(m, float(correct.mean()), float(latency.mean()), int((loss > 0).sum()), n,
+                               gains=int((loss < 0).sum())))
+        scored[name], loss_rows[name] = rows, np.asarray(lost)
     mode = (router.policy.mode, tuple(router.policy.paid_stages))
     if spec.kind == "none":
         cal = _pick_within_budget(target, spec, scored, n)
         cal.router_mode, cal.calibration_hash = mode, calibration_hash(calib)
         return cal
     level = delta / len(scored)
-    for rows in scored.values():
-        p = [0.0 if spec.is_trivial(s.member) else float(ltt.binomial_p_value(s.losses, n, spec.alpha)) for s in rows]
+    for name, rows in scored.items():
+        tested = spec.p_values(loss_rows[name], level)
+        p = [0.0 if spec.is_trivial(s.member) else float(tested[i]) for i, s in enumerate(rows)]
         for i, s in enumerate(rows):
             s.p_value = p[i]
         for i, ok in enumerate(ltt.certified_prefix(p, level)):
@@ -238,7 +306,9 @@ def _choose(cal: Calibration) -> Calibration:
     if promising:
         half = [s for s in promising if s.risk <= cal.spec.alpha / 2]
         best = min(half, key=_rank) if half else min(promising, key=lambda s: (s.risk, s.mean_latency_ms))
-        cal.rows_needed, cal.needed_for = ltt.rows_needed(best.risk, cal.spec.alpha, cal.level), best.member.name
+        needed = (ltt.rows_needed_difference(best.losses / cal.n, best.gains / cal.n, cal.spec.alpha, cal.level)
+                  if cal.spec.kind == "difference" else ltt.rows_needed(best.risk, cal.spec.alpha, cal.level))
+        cal.rows_needed, cal.needed_for = needed, best.member.name
     log.warning("%s", cal.statement())
     return cal
 

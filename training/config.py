@@ -8,6 +8,7 @@ from routedvlm.router.router_types import TRAINABLE
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
+MODE_CHOICES = ("auto", *MODES)  # auto: train-router picks the mode that can save on the labels (steps.resolve_mode)
 RELATIVE_LOSSES = ("difference", "regret")  # training/calibration/certify.py's, for the --help without its imports
 DIFFERENCE_TESTS = ("clopper-pearson", "betting")
 ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
@@ -38,8 +39,12 @@ class TrainConfig:
                                  "(a linear head on the large model's own hidden state of its large_direct pass + the "
                                  "tabular features; cascade only, local large model; see training/probe/self_probe.py)",
                      choices=ROUTER_KINDS)
-    mode: str = _f("cascade", "cascade: large_direct runs first and its features are free; one-shot: prompt features only",
-                   choices=MODES)
+    mode: str = _f("auto", "cascade: large_direct runs first and its features are free; one-shot: prompt features "
+                           "only; auto (the default): cascade when the candidates include a reasoning or transfer "
+                           "strategy to escalate to, else one-shot (on direct-only labels, such as an imported "
+                           "outcome table, a cascade would pay the strong model's answer first and save nothing); "
+                           "the choice is logged and recorded in policy.json (params.mode_choice)",
+                   choices=MODE_CHOICES)
     target_accuracy: float | None = _f(None, "accuracy target as a fraction of the best single strategy's (the "
                                              "candidate most accurate on the training rows), certified as "
                                              f"--relative-loss says (default {DEFAULT_TARGET_ACCURACY} when no other target is given)")
@@ -125,6 +130,8 @@ class TrainConfig:
             problems.append(f"`hidden_layers` must be comma-separated integers; got {self.hidden_layers!r}")
         if self.hidden_position not in HIDDEN_POSITIONS:
             problems.append(f"`hidden_position` must be {one_of(HIDDEN_POSITIONS)}; got {self.hidden_position!r}")
+        if self.router == "self-probe" and self.mode == "auto":
+            self.mode = "cascade"
         if self.router == "self-probe" and self.mode != "cascade":
             problems.append("the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first; "
                             f"got {self.mode!r}")
@@ -132,8 +139,8 @@ class TrainConfig:
             problems.append(f"`relative_loss` must be {one_of(RELATIVE_LOSSES)}; got {self.relative_loss!r}")
         if self.difference_test not in DIFFERENCE_TESTS:
             problems.append(f"`difference_test` must be {one_of(DIFFERENCE_TESTS)}; got {self.difference_test!r}")
-        if self.mode not in MODES:
-            problems.append(f"`mode` must be {one_of(MODES)}; got {self.mode!r}")
+        if self.mode not in MODE_CHOICES:
+            problems.append(f"`mode` must be {one_of(MODE_CHOICES)}; got {self.mode!r}")
         given = [n for n in ("target_accuracy", "min_accuracy", "max_latency_ms") if getattr(self, n) is not None]
         if len(given) > 1:
             problems.append(f"give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`; got {given}")

@@ -71,6 +71,27 @@ def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
                             "route to. Check the scorer and the reference answers (routedvlm labels validate).")
 
 
+def resolve_mode(config: TrainConfig, candidates: list[str]) -> str:
+    """Settle `config.mode` 'auto' on the candidates (config.py) and say which mode and why (a log line, and
+    `config.mode_choice`, which policy.json's params and MLflow record). Returns the mode."""
+    from routedvlm.router.strategies import parse_strategy
+
+    if config.mode != "auto":
+        config.mode_choice = getattr(config, "mode_choice", None) or f"{config.mode} (given)"
+        return config.mode
+    direct = [s for s in candidates if parse_strategy(s).mode == "direct"]
+    if len(direct) == len(candidates):
+        config.mode = "one-shot"
+        config.mode_choice = (f"one-shot (auto: the candidates {', '.join(candidates)} are direct answers only; a "
+                              "cascade would pay the strongest one first and could save nothing)")
+    else:
+        config.mode = "cascade"
+        config.mode_choice = ("cascade (auto: the candidates include reasoning or transfer strategies to escalate to "
+                              "after the paid direct answer)")
+    log.info("mode: %s", config.mode_choice)
+    return config.mode
+
+
 def default_output_dir() -> Path:
     return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
@@ -86,6 +107,7 @@ def plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None
     check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
+    resolve_mode(config, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
     if train is None:
         train = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed).train
@@ -137,7 +159,10 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
 def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
                 params: dict, *, prompt_template: dict | None = None):
     """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
-    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
+    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's
+    (and `mode_choice`: which mode and why, steps.resolve_mode)."""
+    resolve_mode(config, candidates)
+    params = {**params, "mode_choice": config.mode_choice}
     from routedvlm.router.policy import Policy
 
     from .costs import expected_costs

@@ -31,6 +31,7 @@ def _flat_params(config, result) -> dict:
                              portable_path(v) if k in PATH_PARAMS and isinstance(v, str) else v)
               for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
+    params["train.mode_choice"] = str(getattr(config, "mode_choice", "") or "")[:500]
     for key, value in sorted(result.metadata.items()):
         if key == "source_path" and result.metadata.get("embedded"):
             value = "routedvlm/data/toyworld/labels.parquet"  # the installed package's file, wherever that is

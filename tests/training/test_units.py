@@ -73,7 +73,7 @@ def test_config_validation():
     assert TrainConfig(strategies="large_direct, transfer_64").strategies == ["large_direct", "transfer_64"]
     with pytest.raises(ConfigError, match=r"give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`"):
         TrainConfig(target_accuracy=0.9, max_latency_ms=100)
-    with pytest.raises(ConfigError, match=r"`mode` must be 'cascade' or 'one-shot'; got 'two-shot'"):
+    with pytest.raises(ConfigError, match=r"`mode` must be 'auto', 'cascade' or 'one-shot'; got 'two-shot'"):
         TrainConfig(mode="two-shot")
     with pytest.raises(ConfigError, match=r"`target_accuracy` must be in \(0, 1\) \(1.0 leaves no room"):
         TrainConfig(target_accuracy=1.5)

@@ -4,7 +4,7 @@ prompts; Mixtral-8x7B = small_direct, GPT-4 = large_direct, imported as `routedv
 Over --splits random train / calibration / test splits (train-router's split, seeds 0..), at the default target
 (accuracy >= 95 % of the strong model's: alpha = 0.05 x its training accuracy, delta = 0.1), one-shot:
 - `certified`: train-router's defaults (LightGBM on the prompt features, the rule family, Learn-then-Test on the
-  accuracy difference, Clopper-Pearson) -> strong-call savings (share of test prompts not sent to GPT-4), and the
+  accuracy difference, betting p-value) -> strong-call savings (share of test prompts not sent to GPT-4), and the
   violation rate (test accuracy < test accuracy of GPT-4 - alpha; the test rows' own noise adds to it);
 - `hindsight threshold`: the same router's tau chain, the threshold chosen on the test rows (the most savings whose
   test accuracy meets the target); `hindsight threshold, regret`: the same but holding the test regret <= alpha;
@@ -133,11 +133,13 @@ def one_split(labels: pd.DataFrame, seed: int) -> dict:
         share, acc = strong_share(scorer_test, cal_.chosen.member)
         out[key] = 1 - share
         out[key + "_violation"] = bool(acc < required - 1e-12)
+        out[key + "_trivial"] = bool(cal_.trivial or not cal_.feasible)
         return cal_
 
     cal_ = certified(base, "certified")
     out["certified_chain"] = cal_.chosen.member.chain
     certified({**base, "loss": "regret"}, "certified_regret")
+    certified({**base, "test": "clopper-pearson"}, "certified_clopper_pearson")
     certified({**base, "test": "betting"}, "certified_betting")
     tau = model_chains(router.policy, s_cal.strategies)["tau"]
     coarse = [m for m in tau if round(m.rule["param"] * 100) % 10 == 0]  # 21 thresholds
@@ -154,7 +156,10 @@ def one_split(labels: pd.DataFrame, seed: int) -> dict:
     acc_s, acc_l = float(test[f"correct__{WEAK}"].mean()), float(test[f"correct__{STRONG}"].mean())
     out["hindsight_random"] = float(min(1.0, spec.alpha / max(acc_l - acc_s, 1e-9)))
     grid = np.asarray(TAU_GRID)
-    out["textbook_difference"] = textbook(split, spec, DELTA, grid)
+    cp_spec = risk_spec({**base, "test": "clopper-pearson"}, train, router.policy.strategies)
+    out["textbook_difference"] = textbook(split, cp_spec, DELTA, grid)
+    out["textbook_difference_betting"] = textbook(split, risk_spec({**base, "test": "betting"}, train,
+                                                                   router.policy.strategies), DELTA, grid)
     out["textbook_regret"] = textbook(split, regret_spec, DELTA, grid)
     out["textbook_tau_lightgbm"] = out["tau_only"]
     del Member, tau_rule
@@ -178,7 +183,7 @@ def summarize(rows: list[dict]) -> dict:
     df = pd.DataFrame(rows)
     num = df.select_dtypes(include=[np.number, bool])
     s = {k: float(num[k].mean()) for k in num.columns if k not in ("seed",)}
-    s["price"] = s["hindsight_threshold"] - s["certified"]
+    s["price"] = s["hindsight_threshold"] - s["certified"]  # the difference certified: no proxy share
     s["price_proxy_share_old_default"] = s["hindsight_threshold"] - s["hindsight_threshold_regret"]
     s["price_finite_sample_share_old_default"] = s["hindsight_threshold_regret"] - s["certified_regret"]
     s["price_old_default"] = s["hindsight_threshold"] - s["certified_regret"]

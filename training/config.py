@@ -10,7 +10,7 @@ from routedvlm.router.strategies import parse_strategy
 MODES = ("cascade", "one-shot")
 MODE_CHOICES = ("auto", *MODES)  # auto: train-router picks the mode that can save on the labels (steps.resolve_mode)
 RELATIVE_LOSSES = ("difference", "regret")  # training/calibration/certify.py's, for the --help without its imports
-DIFFERENCE_TESTS = ("clopper-pearson", "betting")
+DIFFERENCE_TESTS = ("betting", "clopper-pearson")  # the first is the default
 ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
 HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
@@ -54,9 +54,10 @@ class TrainConfig:
                                           "(only the rows the reference gets right count: the stronger 'never worse "
                                           "than the reference on its rows but an alpha share', at some cost in savings)",
                             choices=RELATIVE_LOSSES)
-    difference_test: str = _f("clopper-pearson", "the p-value of --relative-loss difference: clopper-pearson (upper "
-                                                 "bound on the loss rows minus lower bound on the gain rows, delta/2 "
-                                                 "each) or betting (Waudby-Smith-Ramdas, variance-adaptive)",
+    difference_test: str = _f("betting", "the p-value of --relative-loss difference: betting (Waudby-Smith-Ramdas, "
+                                         "variance-adaptive; the default, by measurement: docs/training.md) or "
+                                         "clopper-pearson (upper bound on the loss rows minus lower bound on the gain "
+                                         "rows, delta/2 each)",
                               choices=DIFFERENCE_TESTS)
     min_accuracy: float | None = _f(None, "absolute accuracy target in (0, 1), certified as the error rate (instead "
                                           "of --target-accuracy)")

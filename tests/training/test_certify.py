@@ -112,7 +112,7 @@ def test_the_difference_counts_the_rows_the_router_gains_and_certifies_what_the_
     # accept large_direct everywhere: 200 rows lost (large_direct wrong, large_reason right), 200 gained: 0
     spec = risk_spec({"kind": "accuracy", "value": 0.95}, train, router.policy.strategies)
     assert spec.kind == "difference" and spec.alpha == pytest.approx(0.05 * 0.9)
-    diff = certify(router, calib, train, {"kind": "accuracy", "value": 0.95}, delta=0.1)
+    diff = certify(router, calib, train, {"kind": "accuracy", "value": 0.95, "test": "clopper-pearson"}, delta=0.1)
     last = diff.chains["tau"][-1]  # tau = 0: always the cheapest candidate, large_direct
     assert (last.losses, last.gains, last.risk) == (200, 200, 0.0)
     # its p-value is the least e with CP_upper(200/2000, e/2) - CP_lower(200/2000, e/2) <= 0.045 (bounds at e / 2)
@@ -131,12 +131,13 @@ def test_the_difference_counts_the_rows_the_router_gains_and_certifies_what_the_
     assert "accuracy >= accuracy(large_reason) - 0.0450" in cert["statement"]
 
 
-def test_a_betting_test_can_be_asked_for_and_an_unknown_loss_is_refused():
+def test_the_default_betting_test_certifies_it_too_and_an_unknown_loss_is_refused():
     from routedvlm.errors import ConfigError
 
     calib, train = _gains_rows(2000), _gains_rows(300)
-    cal = certify(_router(calib), calib, train, {"kind": "accuracy", "value": 0.95, "test": "betting"}, delta=0.1)
+    cal = certify(_router(calib), calib, train, {"kind": "accuracy", "value": 0.95}, delta=0.1)  # the default
     assert cal.certificate()["method"].startswith("learn-then-test: accuracy difference, Waudby-Smith-Ramdas")
+    assert cal.feasible and cal.chosen.mean_latency_ms == 10.0  # 200 lost, 200 gained in 2000: large_direct alone
     assert all(0.0 <= s.p_value <= 1.0 for rows in cal.chains.values() for s in rows)
     with pytest.raises(ConfigError, match="`loss` must be one of difference, regret"):
         certify(_router(calib), calib, train, {"kind": "accuracy", "value": 0.95, "loss": "hinge"})

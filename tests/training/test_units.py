@@ -64,7 +64,7 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
 
 
 def test_config_validation():
-    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "clopper-pearson"}
+    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "betting"}
     assert TrainConfig(relative_loss="regret").target == {"kind": "accuracy", "value": 0.95, "loss": "regret"}
     with pytest.raises(ConfigError, match="`relative_loss` must be"):
         TrainConfig(relative_loss="hinge")

@@ -7,9 +7,10 @@ The certified loss per row; its mean is the risk, limited to `alpha`:
   accuracy >= accuracy(reference) - alpha. Two losses (`target["loss"]`):
   - `difference` (the default): the accuracy difference itself, +1 [reference right and chosen wrong], -1 [reference
     wrong and chosen right], else 0; its mean is accuracy(reference) - accuracy(chosen), exactly the quantity asked
-    for. p-value (`target["test"]`): `clopper-pearson` (the default, by measurement: benchmarks/README.md, "Price of
-    the guarantee"): the least level at which the Clopper-Pearson upper bound on P(+1) minus the lower bound on
-    P(-1), each at half the level, is <= alpha; or `betting` (Waudby-Smith-Ramdas, ltt.betting_p_value);
+    for. p-value (`target["test"]`): `betting` (the default, by measurement: benchmarks/README.md, "Price of the
+    guarantee"): Waudby-Smith-Ramdas betting on the loss in [-1, 1], rows read in a fixed data-independent order
+    (ltt.betting_p_value, ltt.shuffled); or `clopper-pearson`: the least level at which the Clopper-Pearson upper
+    bound on P(+1) minus the lower bound on P(-1), each at half the level, is <= alpha;
   - `regret`: 1[reference right and chosen wrong] (rows it gets right and the reference wrong count for nothing):
     the stronger statement "never worse than the reference on its rows, but on an alpha share"; exact binomial.
 - target `min_accuracy` a: loss = 1[chosen wrong], alpha = 1 - a. Certified: accuracy >= a.
@@ -59,7 +60,7 @@ class RiskSpec:
     alpha: float | None
     reference: str
     reference_train_accuracy: float
-    test: str = "clopper-pearson"
+    test: str = DIFFERENCE_TESTS[0]
 
     @property
     def relative(self) -> bool:
@@ -81,7 +82,7 @@ class RiskSpec:
         if self.kind != "difference":
             return np.asarray(ltt.binomial_p_value(losses.sum(axis=-1), n, self.alpha), dtype=float)
         if self.test == "betting":
-            return ltt.betting_p_value(losses, self.alpha, -1.0, 1.0, level)
+            return ltt.betting_p_value(losses[:, ltt.shuffled(n)], self.alpha, -1.0, 1.0, level)
         return ltt.difference_p_value((losses > 0).sum(axis=-1), (losses < 0).sum(axis=-1), n, self.alpha)
 
     @property

@@ -73,7 +73,7 @@ def clopper_pearson_lower(k, n: int, level):
     return np.where(k <= 0, 0.0, out)
 
 
-def _cp_upper(k, n: int, level):
+def cp_upper(k, n: int, level):
     from scipy.stats import beta
 
     k = np.asarray(k, dtype=float)
@@ -89,7 +89,7 @@ def difference_p_value(k_loss, k_gain, n: int, alpha: float, iters: int = 60):
     _check(n, alpha)
     k_loss = np.asarray(k_loss, dtype=float)
     k_gain = np.broadcast_to(np.asarray(k_gain, dtype=float), k_loss.shape)
-    ok = lambda e: _cp_upper(k_loss, n, e / 2) - clopper_pearson_lower(k_gain, n, e / 2) <= alpha  # noqa: E731
+    ok = lambda e: cp_upper(k_loss, n, e / 2) - clopper_pearson_lower(k_gain, n, e / 2) <= alpha  # noqa: E731
     lo, hi = np.full(k_loss.shape, -40.0), np.zeros(k_loss.shape)  # log10(e): e in [1e-40, 1]
     reach = ok(np.ones(k_loss.shape))
     for _ in range(iters):
@@ -117,6 +117,12 @@ def betting_p_value(losses, alpha: float, lo: float = 0.0, hi: float = 1.0, leve
     lam = np.minimum(np.sqrt(2 * np.log(1 / level) / (n * var_prev)), 0.75 / (1 - m))
     log_k = np.cumsum(np.log1p(lam * (m - x)), axis=-1)
     return np.minimum(1.0, np.exp(-np.max(log_k, axis=-1)))
+
+
+def shuffled(n: int) -> np.ndarray:
+    """The order the betting test reads n calibration rows in: a fixed permutation (seed 0), independent of the
+    data, so a table sorted by anything (difficulty, length, time) is read as an exchangeable sequence."""
+    return np.random.default_rng(0).permutation(n)
 
 
 def fixed_sequence(p_values, level: float) -> list[int]:

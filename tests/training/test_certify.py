@@ -141,3 +141,17 @@ def test_the_default_betting_test_certifies_it_too_and_an_unknown_loss_is_refuse
     assert all(0.0 <= s.p_value <= 1.0 for rows in cal.chains.values() for s in rows)
     with pytest.raises(ConfigError, match="`loss` must be one of difference, regret"):
         certify(_router(calib), calib, train, {"kind": "accuracy", "value": 0.95, "loss": "hinge"})
+
+
+def test_a_difference_certificate_round_trips_through_policy_json_and_bad_fields_are_named(tmp_path):
+    calib, train = _gains_rows(2000), _gains_rows(300)
+    router = _router(calib)
+    apply_to_policy(router.policy, certify(router, calib, train, {"kind": "accuracy", "value": 0.95}))
+    p = router.policy
+    assert p.problems() == [] and p.certificate["loss_kind"] == "difference" and p.certificate["gains"] == 200
+    from routedvlm.errors import RouterLoadError
+
+    assert Policy.from_dict(p.to_dict()).certificate == p.certificate
+    for bad, why in (({"gains": 5000}, r"certificate\['gains'\]"), ({"loss_kind": "hinge"}, "loss_kind")):
+        with pytest.raises(RouterLoadError, match=why):
+            Policy.from_dict({**p.to_dict(), "certificate": {**p.certificate, **bad}})

@@ -155,3 +155,17 @@ def test_a_difference_certificate_round_trips_through_policy_json_and_bad_fields
     for bad, why in (({"gains": 5000}, r"certificate\['gains'\]"), ({"loss_kind": "hinge"}, "loss_kind")):
         with pytest.raises(RouterLoadError, match=why):
             Policy.from_dict({**p.to_dict(), "certificate": {**p.certificate, **bad}})
+
+
+def test_fewer_chains_split_delta_fewer_ways_and_the_reference_stays_the_fallback():
+    from routedvlm.errors import ConfigError
+
+    calib, train = _rows(100), _rows(300)
+    cal = certify(_router(calib), calib, train, REGRET_95, delta=0.1, chains=["tau"])
+    assert set(cal.chains) == {"tau", "baselines"} and cal.level == pytest.approx(0.1)  # the reference tests nothing
+    assert [s.member.rule for s in cal.chains["baselines"]] == [fixed_rule("large_reason")]
+    assert cal.chosen.member.chain == "tau" and cal.chosen.member.rule == {"name": "tau", "param": 0.9}
+    few = certify(_router(_rows(20)), _rows(20), train, REGRET_95, delta=0.1, chains=["tau"])
+    assert not few.feasible and few.chosen.member.rule == fixed_rule("large_reason")
+    with pytest.raises(ConfigError, match="`chains` must name some of tau, lagrangian, binary, baselines"):
+        certify(_router(calib), calib, train, REGRET_95, chains=["nope"])

@@ -81,7 +81,7 @@ def test_policy_records_mode_costs_and_provenance(trained):
     assert p.metrics["test_target_met"] is True and learned["accuracy"] >= p.metrics["test_required_accuracy"]
     assert p.target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "betting"}
     assert p.metrics["calibration_rows"] > 0 and p.metrics["certificate_delta"] == 0.1
-    assert p.certificate["method"].startswith("learn-then-test: exact binomial p-values")
+    assert p.certificate["method"].startswith("learn-then-test: accuracy difference, Waudby-Smith-Ramdas")
 
 
 @pytest.mark.slow

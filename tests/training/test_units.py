@@ -116,3 +116,9 @@ def test_prompt_template_of_the_labels(caplog):
     with caplog.at_level(logging.WARNING, logger="routedvlm.training.steps"):
         assert prompt_template_of({}) is None
     assert "records no prompt_template" in caplog.text
+
+
+def test_chains_are_parsed_and_checked():
+    assert TrainConfig(chains="tau, lagrangian").chains == ["tau", "lagrangian"]
+    with pytest.raises(ConfigError, match="`chains` must name some of"):
+        TrainConfig(chains="tau,gamma")

@@ -170,14 +170,20 @@ def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, lis
 
 
 def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delta: float = DEFAULT_DELTA, *,
-            proba: pd.DataFrame | None = None, model_cost_ms=0.0, reference: str | None = None) -> Calibration:
+            proba: pd.DataFrame | None = None, model_cost_ms=0.0, reference: str | None = None,
+            chains=None) -> Calibration:
     """Calibrate `router`'s rule on `calib` to `target` (module docstring). `proba`: its P(correct) on `calib`
     (computed when None); `model_cost_ms`: added to the latency of members that read the model (a probe's pass);
-    `reference`: the regret's reference when it is not the most accurate candidate (training/sub_pairs.py)."""
+    `reference`: the regret's reference when it is not the most accurate candidate (training/sub_pairs.py);
+    `chains`: the chains to test (default all of CHAINS): delta is split over the chains that test something (the
+    reference alone, kept as the fallback, tests nothing)."""
     if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
         raise ConfigError(f"The `delta` parameter must be in (0, 1). Got {delta!r} instead.")
+    unknown = sorted(set(chains or ()) - set(CHAINS))
+    if unknown or (chains is not None and not chains):
+        raise ConfigError(f"`chains` must name some of {', '.join(CHAINS)}. Got {chains!r} instead.")
     spec = risk_spec(target, train, router.policy.strategies, reference)
-    chains = ordered_chains(router, train, spec)
+    chains = _only(ordered_chains(router, train, spec), chains, spec)
     scorer, n = Scorer(router, calib, proba, model_cost_ms), len(calib)
     scored, loss_rows = {}, {}
     for name, members in chains.items():
@@ -194,7 +200,7 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
         cal = _pick_within_budget(target, spec, scored, n)
         cal.router_mode, cal.calibration_hash = mode, calibration_hash(calib)
         return cal
-    level = delta / len(scored)
+    level = delta / max(1, sum(any(not spec.is_trivial(s.member) for s in rows) for rows in scored.values()))
     for name, rows in scored.items():
         tested = spec.p_values(loss_rows[name], level)
         p = [0.0 if spec.is_trivial(s.member) else float(tested[i]) for i, s in enumerate(rows)]
@@ -204,6 +210,16 @@ def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delt
             rows[i].certified = bool(ok)
     return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode,
                                calibration_hash=calibration_hash(calib)))
+
+
+def _only(chains: dict, keep, spec) -> dict:
+    """`chains` restricted to `keep` (None: all); the reference's fixed rule stays (the fallback, untested)."""
+    if keep is None:
+        return chains
+    out = {k: v for k, v in chains.items() if k in keep}
+    if "baselines" not in out:
+        out["baselines"] = [m for m in chains.get("baselines", []) if spec.is_trivial(m)] or chains["baselines"]
+    return out
 
 
 def calibration_hash(calib: pd.DataFrame) -> str:

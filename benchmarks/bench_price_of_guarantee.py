@@ -114,8 +114,7 @@ def textbook(split, spec, level: float, grid) -> float | None:
 
 def one_split(labels: pd.DataFrame, seed: int) -> dict:
     from routedvlm.training.calibration.certify import certify, risk_spec
-    from routedvlm.training.calibration.rule_family import TAU_GRID, Member, Scorer, model_chains
-    from routedvlm.router.decision_rules import tau_rule
+    from routedvlm.training.calibration.rule_family import TAU_GRID, Scorer, model_chains
 
     router, split = fit(labels, seed)
     train, cal, test = split.train, split.calibration, split.test
@@ -128,9 +127,9 @@ def one_split(labels: pd.DataFrame, seed: int) -> dict:
     required = float(test[f"correct__{STRONG}"].mean()) - spec.alpha
     out = {"seed": seed, "alpha": spec.alpha, "n_cal": len(cal), "n_test": len(test)}
 
-    def certified(target, key, scorer_cal=s_cal, scorer_test=s_test, rtr=router, c=cal, t=train):
-        cal_ = certify(rtr, c, t, target, DELTA, proba=scorer_cal.proba)
-        share, acc = strong_share(scorer_test, cal_.chosen.member)
+    def certified(target, key):
+        cal_ = certify(router, cal, train, target, DELTA, proba=p_cal)
+        share, acc = strong_share(s_test, cal_.chosen.member)
         out[key] = 1 - share
         out[key + "_violation"] = bool(acc < required - 1e-12)
         out[key + "_trivial"] = bool(cal_.trivial or not cal_.feasible)
@@ -161,8 +160,6 @@ def one_split(labels: pd.DataFrame, seed: int) -> dict:
     out["textbook_difference_betting"] = textbook(split, risk_spec({**base, "test": "betting"}, train,
                                                                    router.policy.strategies), DELTA, grid)
     out["textbook_regret"] = textbook(split, regret_spec, DELTA, grid)
-    out["textbook_tau_lightgbm"] = out["tau_only"]
-    del Member, tau_rule
     return out
 
 

@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--small", help="two models: the cheaper model's column name (default: RouteLLM's weak model, or "
                    "the lower mean cost)")
     i.add_argument("--dataset", default="imported", help="the `dataset` value of every row")
+    i.add_argument("--cost-ms", default="", help="a cost per call for each model, e.g. 'mixtral=1,gpt-4=10' "
+                   "(milliseconds or any unit, by the table's column name): for a table with correctness columns but "
+                   "no response or cost column (also orders the models, cheapest first)")
     i.add_argument("--ms-per-token", default="", help="routellm layout: price per response token by alias or model, "
                    "e.g. 'small=10,large=30' (the default; middle models evenly between)")
     return p
@@ -58,11 +61,15 @@ def import_command(args) -> int:
         raise ConfigError(f"`--ms-per-token` must look like 'small=10,large=30'. Got {args.ms_per_token!r} "
                           "instead.") from exc
     try:
+        costs = {k.strip(): v.strip() for k, v in (item.rsplit("=", 1) for item in args.cost_ms.split(",") if item)}
+    except ValueError as exc:
+        raise ConfigError(f"`--cost-ms` must look like 'MODEL_A=1,MODEL_B=10'. Got {args.cost_ms!r} instead.") from exc
+    try:
         df = pd.read_parquet(args.file) if str(args.file).endswith(".parquet") else pd.read_csv(args.file)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise LabelsError(f"Cannot read the outcome table {args.file!r}: {exc}") from exc
     labels = import_outcomes(df, args.layout, order=args.order, small=args.small, dataset=args.dataset,
-                             ms_per_token=prices, min_score=args.min_score)
+                             ms_per_token=prices, min_score=args.min_score, cost_ms=costs or None)
     write_labels(labels, args.out, outcome_metadata(labels, args.layout, args.file))
     parts = [f"{a}_direct = {m} (accuracy {labels[f'correct__{a}_direct'].mean():.3f})"
              for a, m in labels.attrs["models"].items()]

@@ -103,6 +103,10 @@ class LabelConfig:
     cost: str | None = field(default=None, metadata={"help": "profile.json: price stages with a fitted latency model"})
     cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
+    encoder: str | None = field(default=None, metadata={"help": "add meaning features (feat__prompt__meaning_<i>): "
+                                "each question embedded by this sentence encoder, a folder or hub id (docs/labelling.md)"})
+    encoder_dims: int = field(default=16, metadata={"help": "meaning features per question: the embedding's random "
+                              "projection to this many values (default 16)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
                                     "when both sides are servers, else 1; local models run one sample at a time)"})

@@ -92,9 +92,11 @@ def register_meaning(meaning: MeaningFeatures) -> None:
     for i, name in enumerate(meaning.names):
         FEATURES.pop(name, None)
         feature(name)(column(i))
+    _ACTIVE[0] = None
 
 
 _LOADED: dict[str, MeaningFeatures] = {}
+_ACTIVE: list = [None]  # the key whose columns the registry holds now
 
 
 def encoder_for_policy(params: dict):
@@ -104,6 +106,8 @@ def encoder_for_policy(params: dict):
     if not spec:
         return None
     key = repr(sorted((k, str(v)) for k, v in spec.items()))
+    if _ACTIVE[0] == key:
+        return _LOADED[key]
     if key not in _LOADED:
         meaning = load_meaning(spec["source"], int(spec["dims"]), int(spec.get("projection_seed", 0)))
         found = meaning.spec()
@@ -114,4 +118,5 @@ def encoder_for_policy(params: dict):
                                   "files (policy.json params.encoder.source) or retrain it.")
         _LOADED[key] = meaning
     register_meaning(_LOADED[key])
+    _ACTIVE[0] = key
     return _LOADED[key]

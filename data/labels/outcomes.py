@@ -12,7 +12,8 @@ The models, ordered cheapest first (`order`, or by mean cost), map onto the ladd
 `large`: `router/strategies.ladder_aliases`) as `<alias>_direct`. Costs (`latency_ms__<s>`): the table's cost column
 (mmr-bench, routerbench), else the response length in tokens (characters / 4) x a ms-per-token price per alias or
 model name (`ms_per_token`; defaults: small 10, large 30, middle models evenly between). Features: prompt features
-only (inference/features.py, the code the runtime runs), the image-free ones.
+only (inference/features.py, the code the runtime runs), the image-free ones; `with_meaning` adds the meaning features
+of an encoder (inference/encoders).
 """
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ random one for tests), `meaning.py` (the feature family: projection, registratio
 encoder a saved router names). The small VLM's own prefill state is not an encoder here yet (docs/labelling.md).
 """
 from .meaning import (DEFAULT_DIMS, PREFIX, MeaningFeatures, encoder_for_policy, is_meaning_feature, load_meaning,
-                      meaning_name, register_meaning)
+                      meaning_name, register_meaning, unregister_meaning)
 from .sentence import SentenceEncoder, build_tiny_sentence_encoder
 
 __all__ = ["DEFAULT_DIMS", "PREFIX", "MeaningFeatures", "SentenceEncoder", "build_tiny_sentence_encoder",
-           "encoder_for_policy", "is_meaning_feature", "load_meaning", "meaning_name", "register_meaning"]
+           "encoder_for_policy", "is_meaning_feature", "load_meaning", "meaning_name", "register_meaning",
+           "unregister_meaning"]

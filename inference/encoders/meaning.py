@@ -17,6 +17,8 @@ from routedvlm.errors import ConfigError
 log = logging.getLogger(__name__)
 PREFIX = "feat__prompt__meaning_"
 DEFAULT_DIMS = 16
+_LOADED: dict = {}  # encoder spec key -> MeaningFeatures (encoder_for_policy)
+_ACTIVE: list = [None]  # the key whose columns the registry holds now
 
 
 def meaning_name(i: int) -> str:
@@ -95,8 +97,15 @@ def register_meaning(meaning: MeaningFeatures) -> None:
     _ACTIVE[0] = None
 
 
-_LOADED: dict[str, MeaningFeatures] = {}
-_ACTIVE: list = [None]  # the key whose columns the registry holds now
+def unregister_meaning() -> None:
+    """Remove every meaning column from the feature registry (a process that stops using an encoder; tests)."""
+    from ..features import FEATURES
+
+    for name in [n for n in FEATURES if is_meaning_feature(n)]:
+        del FEATURES[name]
+    _ACTIVE[0] = None
+
+
 
 
 def encoder_for_policy(params: dict):

@@ -12,6 +12,15 @@ from routedvlm.data.labels.cli import main
 SLICE = "tests/data/routellm_gsm8k/gsm8k_slice.csv"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _registry_restored():
+    """The meaning columns leave the feature registry after this module (other tests label without an encoder)."""
+    from routedvlm.inference.encoders import unregister_meaning
+
+    yield
+    unregister_meaning()
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     from routedvlm.inference.encoders import build_tiny_sentence_encoder

@@ -12,6 +12,15 @@ from routedvlm.inference.features import compute_features, feature_names
 QUESTIONS = ["How many apples are on the table?", "Is the sky blue? Answer yes or no.", "What is 12 plus 30?"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _registry_restored():
+    """The meaning columns leave the feature registry after this module (other tests label without an encoder)."""
+    from routedvlm.inference.encoders import unregister_meaning
+
+    yield
+    unregister_meaning()
+
+
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory):
     return build_tiny_sentence_encoder(tmp_path_factory.mktemp("encoder") / "tiny", seed=0, hidden_size=32)

@@ -131,6 +131,8 @@ class LabelConfig:
 
         for spec in (*self.ladder_specs().values(), *self.ladder_reasoners().values()):
             parse_remote(spec)  # a URL without '#<model id>' is refused here, before anything runs
+        if isinstance(self.encoder_dims, bool) or not isinstance(self.encoder_dims, int) or self.encoder_dims < 1:
+            raise ConfigError(f"The `encoder_dims` setting must be a positive integer. Got {self.encoder_dims!r} instead.")
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:

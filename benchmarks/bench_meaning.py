@@ -66,13 +66,14 @@ def _logreg(xtr, ytr, xte):
     return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000)).fit(xtr, ytr).predict_proba(xte)[:, 1]
 
 
-def _lightgbm(train, test, cols, target):
+def _lightgbm(xtr, ytr, xte):
     from routedvlm.training.fit import fit_models, lgb_params
 
-    boosters, constants = fit_models(train, cols, [target[len("correct__"):]], params=lgb_params(num_leaves=4),
-                                     cv_folds=5)
-    b = next(iter(boosters.values()), None)
-    return b.predict(test[cols].to_numpy(dtype=float), num_threads=1) if b else np.full(len(test), next(iter(constants.values())))
+    cols = [f"f{i}" for i in range(xtr.shape[1])]
+    train = pd.DataFrame(xtr, columns=cols).assign(correct__small_direct=ytr.astype(bool))
+    boosters, constants = fit_models(train, cols, ["small_direct"], params=lgb_params(num_leaves=4), cv_folds=5)
+    b = boosters.get("small_direct")
+    return b.predict(xte, num_threads=1) if b else np.full(len(xte), constants["small_direct"])
 
 
 def _knn(xtr, ytr, xte):
@@ -89,40 +90,50 @@ def _knn(xtr, ytr, xte):
 
 
 def gsm8k_auroc(labels, embeddings, splits: int) -> dict:
+    """AUROC of P(model right) per feature set and model over `splits` random 70/30 splits (module docstring)."""
+    from sklearn.decomposition import PCA
+
     full, full64 = embeddings
     length = [c for c in labels.columns if c.startswith("feat__prompt__") and "meaning" not in c and labels[c].nunique() > 1]
     meaning = [c for c in labels.columns if c.startswith("feat__prompt__meaning_")]
-    sets = {"length": lambda idx: labels.iloc[idx][length].to_numpy(float),
-            "meaning16": lambda idx: labels.iloc[idx][meaning].to_numpy(float),
-            "meaning64": lambda idx: full64[idx],
-            "embedding384": lambda idx: full[idx],
-            "length+meaning16": lambda idx: labels.iloc[idx][length + meaning].to_numpy(float),
-            "length+embedding384": lambda idx: np.hstack([labels.iloc[idx][length].to_numpy(float), full[idx]])}
-    models = [("logreg", s) for s in sets] + [("lightgbm", s) for s in ("length", "meaning16", "length+meaning16")] + \
-             [("knn", s) for s in ("meaning16", "meaning64", "embedding384", "length")]
-    scores = {t: {f"{m} {s}": [] for m, s in models} for t in TARGETS}
+    cols = lambda names: (lambda tr, te: (labels.iloc[tr][names].to_numpy(float), labels.iloc[te][names].to_numpy(float)))
+    rows = lambda a: (lambda tr, te: (a[tr], a[te]))
+
+    def pca(tr, te, with_length=False):
+        model = PCA(16, random_state=0).fit(full[tr])  # fitted on the training rows only
+        xtr, xte = model.transform(full[tr]), model.transform(full[te])
+        if with_length:
+            ltr, lte = cols(length)(tr, te)
+            xtr, xte = np.hstack([ltr, xtr]), np.hstack([lte, xte])
+        return xtr, xte
+
+    sets = {"length": cols(length), "meaning16": cols(meaning), "meaning64": rows(full64), "embedding384": rows(full),
+            "pca16 (train rows)": pca, "length+meaning16": cols(length + meaning),
+            "length+pca16": lambda tr, te: pca(tr, te, True),
+            "length+embedding384": rows(np.hstack([labels[length].to_numpy(float), full])),
+            "length+weak answer length (paid)": cols(length + ["output_tokens__small_direct"])}
+    models = [("logreg", k) for k in sets] + \
+             [("lightgbm", k) for k in ("length", "meaning16", "pca16 (train rows)", "length+meaning16", "length+pca16",
+                                        "length+weak answer length (paid)")] + \
+             [("knn", k) for k in ("meaning16", "meaning64", "embedding384", "pca16 (train rows)", "length")]
+    fit = {"logreg": _logreg, "lightgbm": _lightgbm, "knn": _knn}
+    scores = {t: {f"{m} {k}": [] for m, k in models} for t in TARGETS}
     for seed in range(splits):
         order = np.random.default_rng(1000 + seed).permutation(len(labels))
         cut = int(0.7 * len(labels))
         tr, te = order[:cut], order[cut:]
+        data = {k: f(tr, te) for k, f in sets.items()}
         for tname, col in TARGETS.items():
             y = labels[col].to_numpy(bool).astype(float)
-            for m, s in models:
-                xtr, xte = sets[s](tr), sets[s](te)
-                if m == "logreg":
-                    p = _logreg(xtr, y[tr], xte)
-                elif m == "knn":
-                    p = _knn(xtr, y[tr], xte)
-                else:
-                    cols = {"length": length, "meaning16": meaning, "length+meaning16": length + meaning}[s]
-                    p = _lightgbm(labels.iloc[tr], labels.iloc[te], cols, col)
-                scores[tname][f"{m} {s}"].append(_auroc(p, y[te]))
+            for m, k in models:
+                xtr, xte = data[k]
+                scores[tname][f"{m} {k}"].append(_auroc(fit[m](xtr, y[tr], xte), y[te]))
     out = {t: {k: {"mean": float(np.mean(v)), "sd": float(np.std(v)), "n": len(v)} for k, v in d.items()}
            for t, d in scores.items()}
     for t, d in out.items():
         print(f"GSM8K AUROC, {t} ({splits} random 70/30 splits, test rows; mean (sd)):")
         for k, v in d.items():
-            print(f"  {k:<28} {v['mean']:.3f} ({v['sd']:.3f})")
+            print(f"  {k:<42} {v['mean']:.3f} ({v['sd']:.3f})")
     return out
 
 
@@ -198,6 +209,7 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=20)
     ap.add_argument("--train-seeds", type=int, default=5)
     ap.add_argument("--p4", action="store_true")
+    ap.add_argument("--skip-routers", action="store_true", help="GSM8K: AUROC only, no train-router runs")
     ap.add_argument("--p4-rows", type=int, default=4000)
     ap.add_argument("--out", type=Path, default=Path("runs/bench-meaning"))
     ap.add_argument("--json", type=Path)
@@ -209,7 +221,8 @@ def main() -> None:
               f"{ms:.1f} ms per prompt one at a time, {batch_ms:.1f} ms in batches of 32; {len(labels)} prompts")
         report["encoder"] = meta["encoder"]
         report["gsm8k_auroc"] = gsm8k_auroc(labels, full, args.splits)
-        report["gsm8k_routers"] = gsm8k_routers(labels, meta, args.train_seeds, args.out)
+        if not args.skip_routers:
+            report["gsm8k_routers"] = gsm8k_routers(labels, meta, args.train_seeds, args.out)
     if args.p4:
         report["p4"] = p4(args.p4_rows, args.out)
     if args.json:

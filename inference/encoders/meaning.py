@@ -11,12 +11,14 @@ registry (`inference/features.py`), so the labeller, the importer and the runtim
 from __future__ import annotations
 
 import logging
+import os
 
 from routedvlm.errors import ConfigError
 
 log = logging.getLogger(__name__)
 PREFIX = "feat__prompt__meaning_"
 DEFAULT_DIMS = 16
+ENCODER_ENV = "ROUTEDVLM_ENCODER"  # overrides the encoder folder a router records (policy.json params.encoder.source)
 _LOADED: dict = {}  # encoder spec key -> MeaningFeatures (encoder_for_policy)
 _ACTIVE: list = [None]  # the key whose columns the registry holds now
 
@@ -109,11 +111,15 @@ def unregister_meaning() -> None:
 
 
 def encoder_for_policy(params: dict):
-    """Load (once), verify and register the encoder a router's `params["encoder"]` names; None when it names none.
-    ConfigError when the folder's weights differ from the ones the router was trained with."""
+    """Load (once), verify and register the encoder a router's `params["encoder"]` names (`$ROUTEDVLM_ENCODER`, when
+    set, is the folder to load instead); None when it names none. ConfigError when the folder's weights or tokenizer
+    differ from the ones the router was trained with."""
     spec = (params or {}).get("encoder")
     if not spec:
         return None
+    override = os.environ.get(ENCODER_ENV)
+    if override:  # the same encoder files in another place (the hashes are still checked)
+        spec = {**spec, "source": override}
     key = repr(sorted((k, str(v)) for k, v in spec.items()))
     if _ACTIVE[0] == key:
         return _LOADED[key]
@@ -124,7 +130,7 @@ def encoder_for_policy(params: dict):
             if spec.get(field) and found.get(field) != spec[field]:
                 raise ConfigError(f"The router's encoder {spec['source']!r} has {field} {found.get(field)}, but the "
                                   f"router was trained with {spec[field]}. Point the router at the same encoder "
-                                  "files (policy.json params.encoder.source) or retrain it.")
+                                  f"files (policy.json params.encoder.source, or ${ENCODER_ENV}) or retrain it.")
         _LOADED[key] = meaning
     register_meaning(_LOADED[key])
     _ACTIVE[0] = key

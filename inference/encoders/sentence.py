@@ -63,13 +63,11 @@ class SentenceEncoder:
         """{kind, source, hidden_size, weights_sha256, tokenizer_sha256, config_sha256}: what made the features."""
         from routedvlm.router.checkpoints import config_hash, weights_hash
 
-        folder = Path(self.source)
-        if not folder.is_dir():  # a hub id: the files are in the hub cache
-            folder = Path(getattr(self.model, "name_or_path", "") or self.source)
+        folder = local_folder(self.source)
         return {"kind": self.kind, "source": self.source, "hidden_size": self.hidden_size,
-                "weights_sha256": weights_hash(folder) if folder.is_dir() else None,
-                "tokenizer_sha256": _files_hash(folder, TOKENIZER_FILES) if folder.is_dir() else None,
-                "config_sha256": config_hash(folder) if folder.is_dir() else None}
+                "weights_sha256": weights_hash(folder) if folder else None,
+                "tokenizer_sha256": _files_hash(folder, TOKENIZER_FILES) if folder else None,
+                "config_sha256": config_hash(folder) if folder else None}
 
     def ms_per_prompt(self, texts, repeats: int = 1) -> float:
         """The measured mean milliseconds to embed one prompt on its own (as the runtime does), on these texts."""
@@ -80,6 +78,18 @@ class SentenceEncoder:
             for t in texts:
                 self.embed([t])
         return (time.perf_counter() - t0) * 1000 / (len(texts) * repeats)
+
+
+def local_folder(source: str) -> Path | None:
+    """The folder holding `source`'s files: the folder itself, or a hub id's snapshot in the local hub cache."""
+    if Path(source).is_dir():
+        return Path(source)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception:  # not cached, not a repo id: no hashes to record
+        return None
 
 
 def _files_hash(folder: Path, names) -> str | None:

@@ -79,3 +79,13 @@ def test_a_router_loads_its_encoder_and_refuses_other_weights(tiny_encoder, tmp_
     with pytest.raises(ConfigError, match=r"^The router's encoder .* has weights_sha256 sha256:[0-9a-f]+, but the router "
                                           r"was trained with sha256:"):
         encoder_for_policy({"encoder": {**spec, "source": str(swapped)}})
+
+
+def test_the_encoder_folder_can_move_when_its_files_stay_the_same(tiny_encoder, tmp_path, monkeypatch):
+    import shutil
+
+    spec = load_meaning(str(tiny_encoder), dims=4, seed=0).spec()
+    moved = shutil.copytree(tiny_encoder, tmp_path / "moved")
+    monkeypatch.setenv("ROUTEDVLM_ENCODER", str(moved))
+    meaning = encoder_for_policy({"encoder": {**spec, "source": "/gone/encoder"}})
+    assert meaning.spec()["source"] == str(moved) and meaning.spec()["weights_sha256"] == spec["weights_sha256"]

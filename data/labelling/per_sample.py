@@ -181,11 +181,11 @@ def load_pipeline(cfg: LabelConfig):
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.sides.local import resolve_device, set_threads
 
-    from .config import both_remote
+    from .config import every_side
 
     set_threads(cfg.threads)
     meaning_of(cfg)  # registers the meaning features label_sample computes (in every worker process)
-    device = "remote" if both_remote(cfg) else resolve_device(cfg.device)
+    device = "remote" if every_side(cfg, "remote") else resolve_device(cfg.device)
     reasoners, loaded = cfg.ladder_reasoners(), {}
     sides = []
     for alias, spec in cfg.ladder_specs().items():

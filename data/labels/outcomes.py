@@ -14,7 +14,8 @@ The models, ordered cheapest first (`order`, or by mean cost), map onto the ladd
 model name (`ms_per_token`; defaults: small 10, large 30, middle models evenly between); or, for a table with
 correctness columns but no response or cost column (RouteLLM publishes such tables), a fixed cost per call given per
 model (`cost_ms`, the CLI's `--cost-ms`), which also orders the models when `order` is not given. Features: prompt
-features only (inference/features.py, the code the runtime runs), the image-free ones.
+features only (inference/features.py, the code the runtime runs), the image-free ones; `with_meaning` adds the meaning
+features of an encoder (inference/encoders).
 """
 from __future__ import annotations
 
@@ -247,3 +248,18 @@ def outcome_metadata(labels: pd.DataFrame, layout: str, source: str) -> dict:
     if len(ladder) > 2:
         meta["ladder"] = list(ladder)
     return meta
+
+
+def with_meaning(labels: pd.DataFrame, encoder: str, dims: int, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """`labels` plus the meaning features (`feat__prompt__meaning_<i>`, inference/encoders) of their questions, from
+    the sentence encoder at `encoder` (a folder or hub id), and the encoder's spec for the labels' metadata (identity,
+    file hashes, projection, measured ms per prompt)."""
+    from routedvlm.inference.encoders import load_meaning
+
+    meaning = load_meaning(encoder, dims, seed)
+    questions = labels["question"].astype(str).tolist()
+    meaning.ms_per_prompt = round(meaning.encoder.ms_per_prompt(questions), 3)
+    out = pd.concat([labels.drop(columns=[c for c in meaning.names if c in labels.columns]),
+                     meaning.frame(questions, index=labels.index)], axis=1)
+    out.attrs = dict(labels.attrs)
+    return out, meaning.spec()

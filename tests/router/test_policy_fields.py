@@ -31,7 +31,7 @@ def test_a_sound_certificate_loads(tmp_path):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("risk_limit", 5, r"`certificate\['risk_limit'\]` \(the promised error or regret rate\) must be a number in \(0, 1\)"),
+    ("risk_limit", 5, r"`certificate\['risk_limit'\]` \(the promised error or regret rate\) must be a number in \[0, 1\]"),
     ("risk_limit", -1, r"`certificate\['risk_limit'\]`"),
     ("risk_limit", math.nan, r"`certificate\['risk_limit'\]`"),
     ("p_value", 7, r"`certificate\['p_value'\]` must be None or a number in \[0, 1\]. Got 7"),

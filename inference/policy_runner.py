@@ -7,7 +7,9 @@ needs, cheapest first, then accepts one of the paid answers or runs another stra
 decision, the chosen strategy alone. Every stage record names the model (alias) that ran it; `RoutedOutput.models`
 lists them and `answer_model` is the one whose answer is returned.
 A router that raises at decision time never fails the request: the fallback router decides instead, and the
-router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once).
+router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once). Its scoring runs
+under `decision_timeout` seconds (decision_deadline.py): one that overruns is answered by the fallback and leaves
+the router unhealthy (stalled) until it returns, without holding the request.
 `run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route (and the models it runs) as
 soon as it is decided, and streams the final answer into an `AnswerSink` as it decodes.
 """
@@ -22,6 +24,7 @@ from routedvlm.router.ladder import next_action, stages_to_pay
 from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
+from .decision_deadline import DecisionDeadline
 from .encoders import encoder_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
@@ -91,11 +94,14 @@ class RoutedOutput:
 class PolicyRunner:
     """Executes `router`'s policy with `pipeline`; `fallback` decides when `router` is None or raises."""
 
-    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None, health: RouterHealth | None = None):
+    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None, health: RouterHealth | None = None,
+                 decision_timeout: float | None = 10.0):
         self.pipeline, self.router, self.fallback = pipeline, router, fallback
         self.router_error = router_error
         name = router.policy.router_type if router is not None else "(not loaded)"
+        self.deadline = DecisionDeadline(decision_timeout)
         self.health = health or RouterHealth(name, load_error=router_error if router is None else None)
+        self.health.stalled = self.deadline.stalled
 
     # ---- stages ----
     @staticmethod
@@ -111,9 +117,10 @@ class PolicyRunner:
         return ran
 
     # ---- decision ----
-    def _decide(self, router, req, ran):
+    def _decide(self, router, req, ran, deadline=None):
         """The policy's decision once its stages are paid (`router.ladder.next_action`, which answers when nothing is
-        left to pay): (decision, features, features ms, decision ms)."""
+        left to pay): (decision, features, features ms, decision ms). `deadline`: a DecisionDeadline the router's
+        scoring runs under (features and model-based inputs are model calls, under the request's own deadline)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
@@ -121,7 +128,8 @@ class PolicyRunner:
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
-        step = next_action(router, {**feats, **extra}, paid=list(ran))
+        inputs, paid = {**feats, **extra}, list(ran)
+        step = (deadline.call if deadline is not None else _now)(lambda: next_action(router, inputs, paid=paid))
         if step.kind != "answer":  # the stages ran above: only a router whose stages changed meanwhile gets here
             raise RuntimeError(f"the policy asks for stage {step.stage!r} after its stages ran")
         t2 = time.perf_counter()
@@ -136,7 +144,7 @@ class PolicyRunner:
         if router is not None:
             self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
-                decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+                decision, feats, f_ms, d_ms = self._decide(router, req, ran, self.deadline)
                 self.health.success()
             except Exception as exc:  # a router must never fail the request
                 error = self.health.failure(exc)
@@ -165,6 +173,10 @@ class PolicyRunner:
             pair = (strat.source, strat.model) == ("small", "large")
             return self.pipeline.escalate(paid, strat.keep_tokens, **({} if pair else {"source": strat.source}))
         return self.pipeline.run_strategy(req, strat)
+
+
+def _now(fn):
+    return fn()
 
 
 def ladder_order(aliases) -> list[str]:

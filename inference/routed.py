@@ -22,6 +22,7 @@ from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 
 from .inputs import make_request
 from .pipeline_parts import PipelineConfig, pipeline_sides
+from .checkpoint_check import check_checkpoints
 from .policy_runner import PolicyRunner, RoutedOutput
 from .streaming import RoutedStream
 
@@ -96,10 +97,15 @@ class RoutedVLM:
     `AuditConfig` or a dict of its fields: log, store_inputs, alpha, delta, window, ...; see docs/audit.md).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`,
     `auditor` (None when not auditing).
+    `decision_timeout`: seconds the router's scoring may take (default 10; None: no limit); one that overruns is
+    answered by the fallback and the router reports unhealthy in `health()` until it returns.
+    A router that records the checkpoints it was trained on (`policy.checkpoints`) is refused (router_error, the
+    fallback answers) on other checkpoints unless `allow_checkpoint_mismatch=True` (inference/checkpoint_check.py).
     """
 
     def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
-                 prompt_template=None, audit_rate: float = 0.0, audit=None):
+                 prompt_template=None, audit_rate: float = 0.0, audit=None, decision_timeout: float | None = 10.0,
+                 allow_checkpoint_mismatch: bool = False):
         from routedvlm.router import load_router
 
         from .prompts import PromptTemplate
@@ -114,6 +120,7 @@ class RoutedVLM:
         template = None
         try:
             loaded = attach_router(load_router(router, tracking_uri=tracking_uri), pipeline)
+            check_checkpoints(loaded, pipeline_sides(pipeline), allow_mismatch=allow_checkpoint_mismatch)
             if prompt_template is None:  # the router's recorded template: a bad one fails the router, not the caller
                 template = PromptTemplate.parse(getattr(getattr(loaded, "policy", None), "prompt_template", None))
             self.router = loaded
@@ -123,7 +130,8 @@ class RoutedVLM:
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
         self.prompt_template = template or PromptTemplate.parse(prompt_template)
-        self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
+        self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error,
+                                   decision_timeout=decision_timeout)
         stateful = any(side.stateful for side in pipeline_sides(pipeline).values())
         self.lock = threading.RLock() if stateful else contextlib.nullcontext()  # e.g. HTTP sides keep no model state
         self.auditor = _auditor(self, audit_rate, audit)
@@ -132,6 +140,7 @@ class RoutedVLM:
     def from_pretrained(cls, small, large=None, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
                         config: PipelineConfig | None = None, prompt_template=None, audit_rate: float = 0.0, audit=None,
+                        decision_timeout: float | None = 10.0, allow_checkpoint_mismatch: bool = False,
                         **kwargs) -> "RoutedVLM":
         """Load the models and the router: `from_pretrained(small, large, router)` for a pair, or
         `from_pretrained([m0, m1, m2, ...], router)` for a ladder of N >= 2 models, cheapest first (named by position
@@ -158,7 +167,8 @@ class RoutedVLM:
         pipe = _pipeline(load_sides(specs, **kwargs), selector=selector, k_grid=k_grid,
                          config=config or PipelineConfig(**cfg_kw))
         return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template,
-                   audit_rate=audit_rate, audit=audit)
+                   audit_rate=audit_rate, audit=audit, decision_timeout=decision_timeout,
+                   allow_checkpoint_mismatch=allow_checkpoint_mismatch)
 
     @property
     def active_router(self):

@@ -121,8 +121,12 @@ class ShadowAuditor:
         self._emit(self._record(item, ref, agree, status))
         with self._lock:
             gold = self._pending.pop(item.request_id, None)
-        if gold is not None:
-            self.feedback(item.request_id, **gold)
+        if gold is not None:  # gold that arrived while the audit was queued; the audit itself counts either way
+            try:
+                self.feedback(item.request_id, **gold)
+            except InputError as exc:
+                logger.warning("gold feedback for request %s, sent while its audit was queued, was refused: %s",
+                               item.request_id, exc)
 
     def _record(self, item: _Item, ref: str, agree: bool, status: str) -> dict:
         out, req = item.output, item.request

@@ -22,13 +22,15 @@ from routedvlm.errors import ConfigError
 
 from .. import deadline
 from ..audit.metrics import register as register_audit_metrics
-from .audit_routes import FEEDBACK, feedback, release_after
+from .audit_routes import FEEDBACK, MAX_FEEDBACK_BYTES, feedback, release_after
+from .audit_routes import openapi_path as feedback_openapi
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import run_plain, run_routed, stream_runner
 from .completions import Chunks, one_delta_stream, route_headers, route_info, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
+from .openapi import ERROR as ERROR_SCHEMA
 from .openapi import openapi_document
 from .prompt_check import check_routed_context, neutralise, special_pattern
 from .protocol import APIError, Limits
@@ -86,13 +88,14 @@ class Serving:
 
 
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm", sides=None,
-               api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0,
+               api_key: str | None = None, feedback_key: str | None = None, limits: Limits | None = None,
+               min_new_tokens: int = 0,
                request_timeout: float | None = 300.0, max_queued: int = 64):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
     `sides`: the plain models' ids, the ladder's aliases (default: those of `routed`'s pipeline, or the pair's
     "small", "large" while a `loader` loads); `min_new_tokens` applies to plain-model answers (tiny random models);
     `request_timeout` (seconds, None: none) stops a request's model calls; `max_queued` chat requests at once, 503
-    beyond."""
+    beyond; `feedback_key`: the key POST /v1/audit/feedback needs (None: gold feedback is off, 403)."""
     from ..routed import pipeline_sides
 
     import contextlib
@@ -121,8 +124,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     app = FastAPI(title="routedvlm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines
-    if api_key is not None:
-        app.add_middleware(KeyCheck, key=api_key)
+    app.add_middleware(KeyCheck, key=api_key, feedback_key=feedback_key)
 
     def error(exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -145,7 +147,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     @app.get("/openapi.json")
     async def openapi():
-        return openapi_document(models, api_key is not None)
+        doc = openapi_document(models, api_key is not None)
+        doc["paths"][FEEDBACK] = feedback_openapi(ERROR_SCHEMA)
+        doc.setdefault("components", {}).setdefault("securitySchemes", {})["feedback"] = {"type": "http",
+                                                                                         "scheme": "bearer"}
+        return doc
 
     @app.get("/ready")
     async def ready():
@@ -164,7 +170,12 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     @app.post(FEEDBACK)
     async def audit_feedback(request: Request):
-        return await feedback(serving.require(), await read_body(request, limits.max_body_bytes))
+        try:
+            routed = serving.require()
+            raw = await read_body(request, MAX_FEEDBACK_BYTES)
+        except Exception as exc:  # noqa: BLE001 - 503 while loading, 413, 499: answered in the OpenAI shape
+            return error(api_error(exc))
+        return await feedback(routed, raw)
 
     parsing, queued = asyncio.Semaphore(PARSE_SLOTS), [0]
 

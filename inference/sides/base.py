@@ -143,6 +143,12 @@ class ModelSide(abc.ABC):
     def reasoning_token_count(self, ids) -> int:
         """How many of a reasoning call's output tokens are reasoning."""
 
+    def reasoning_prefix(self, ids) -> int:
+        """How many leading output tokens are a think block through its (last) closing tag; 0 when none closes.
+        Default: token strings (an HTTP side)."""
+        ids = list(ids)
+        return len(ids) - ids[::-1].index(THINK_CLOSE) if THINK_CLOSE in ids else 0
+
     def eos_ids(self) -> list:
         """End-of-sequence token ids (empty when the side reports stops another way)."""
         return []

@@ -71,6 +71,7 @@ class VLM(ModelSide):
         if style not in STYLES:
             raise ConfigError(f"The `thinking` parameter of VLM must be one of {one_of(STYLES)}. Got {style!r} instead.")
         self.model, self.processor, self.tokenizer, self.name = model, processor, tokenizer, name
+        model._routedvlm_tokenizer = tokenizer  # what transformers' `stop_strings` need (sampling.generate_kwargs)
         self.prompts, self.reasoner, self.reason_prompt = prompts, reasoner, reason_prompt
         self.style = self._detect_style() if style == "auto" else style
         self.think_close_id = self._single_id(THINK_CLOSE)
@@ -298,6 +299,11 @@ class VLM(ModelSide):
 
     def reasoning_token_count(self, ids) -> int:
         return len(self.split_reasoning(list(ids))[0])
+
+    def reasoning_prefix(self, ids) -> int:
+        ids = [int(t) for t in ids]
+        close = self.think_close_id
+        return len(ids) - ids[::-1].index(close) if close is not None and close in ids else 0
 
     def hit_limit(self, gen, budget: int) -> bool:
         return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())

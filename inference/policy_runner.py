@@ -154,6 +154,7 @@ class PolicyRunner:
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
         record.update(router.trace_info())  # e.g. the LoRA probe's probe_shared_prefill, probe_ms
         record["sampled"] = sampling is not None and not sampling.neutral and not decoded
+        record["decoded_before_route"] = decoded
         return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
                             _trace(ran, result, record), used_fallback, result, finish, usage)
 

@@ -152,8 +152,11 @@ class RoutedStream:
     text) and finally ("done", RoutedOutput) or ("error", exception). `cancel()` stops it at the next token."""
 
     def __init__(self, routed, request, max_tokens: int | None = None, sampling=None):
+        import uuid
+
         self.routed, self.request, self.max_tokens, self.sampling = routed, request, max_tokens, sampling
         self.route, self.output, self._sink = None, None, None
+        self.request_id = f"req-{uuid.uuid4().hex}"  # known before the answer (a streamed response's header)
 
     def cancel(self) -> None:
         if self._sink is not None:
@@ -170,7 +173,7 @@ class RoutedStream:
 
         try:
             self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided,
-                                                  sink=self._sink, sampling=self.sampling)
+                                                  sink=self._sink, sampling=self.sampling, request_id=self.request_id)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(("error", exc))
             return

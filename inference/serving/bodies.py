@@ -1,6 +1,6 @@
 """A chat request's body read within its limit, parsed off the event loop, and any failure turned into the OpenAI
 error a client gets (4xx for its own mistakes, 499 for a client gone mid-body, 503/504 for a stopping server or a
-passed deadline, 500 logged for anything else)."""
+passed deadline or a model side's outage, 500 logged for anything else)."""
 import json
 import logging
 
@@ -55,6 +55,8 @@ def api_error(exc: BaseException) -> APIError:
 
     from routedvlm.errors import InputError
 
+    from .side_health import unavailable
+
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ClientDisconnect):  # nobody reads the answer; counted as nginx's 499, not an error
@@ -65,6 +67,10 @@ def api_error(exc: BaseException) -> APIError:
         return APIError(504, str(exc), type="server_error", code="request_timeout")
     if isinstance(exc, deadline.ShuttingDown):
         return APIError(503, str(exc), type="server_error", code="shutting_down")
+    if unavailable(exc):  # a side's outage: retry later; one line, no traceback
+        logger.warning("a model side is unavailable: %s", str(exc).splitlines()[0][:500])
+        return APIError(503, f"A model of this server is unavailable; retry later ({str(exc).splitlines()[0][:300]}).",
+                        type="server_error", code="side_unavailable")
     if isinstance(exc, InputError):
         return APIError(400, str(exc), param="messages", code=getattr(exc, "code", "invalid_input"))
     logger.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)

@@ -25,12 +25,15 @@ from ..audit.metrics import register as register_audit_metrics
 from .audit_routes import FEEDBACK, feedback, release_after
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
-from .calls import run_plain, run_routed, stream_runner
-from .completions import Chunks, one_delta_stream, route_headers, route_info, routed_completion
+from .calls import choices, run_plain, run_routed
+from .completions import merge_choices, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
 from .openapi import openapi_document
-from .prompt_check import check_routed_context, neutralise, special_pattern
+from .plain_stream import stream_plain
+from .prompt_check import check_routed_context, special_pattern
+from .routed_stream import stream_routed
+from .side_health import SideHealth
 from .protocol import APIError, Limits
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ class Serving:
 
     def __init__(self, routed=None, loader=None, on_error=None):
         self.routed, self.loader, self.on_error, self.error = routed, loader, on_error, None
-        self._pattern = None
+        self._pattern, self.sides = None, SideHealth(lambda: self.routed)
 
     @property
     def pattern(self):
@@ -127,8 +130,9 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         if serving.routed is None:
             return JSONResponse({"status": "loading" if serving.error is None else "failed", "ready": False},
                                 status_code=503)
-        state = serving.routed.health()
-        return {"status": "ok" if state["router_healthy"] else "degraded", "ready": True, **state}
+        state, failing = serving.routed.health(), serving.sides.snapshot()
+        status = "ok" if state["router_healthy"] and not failing else "degraded"
+        return {"status": status, "ready": True, **state, "failing_sides": failing}
 
     @app.get("/live")
     async def live():
@@ -197,31 +201,51 @@ class ChatHandler:
             if req.model == self.served:
                 check_routed_context(routed, req)
                 if req.stream:
-                    response = await self.stream_routed(routed, req)
+                    response = await stream_routed(self, routed, req)
                     streaming = True
                     return response
-                out = await run_in_threadpool(run_routed, routed, req, self.limits, self.serving.pattern, self.deadlines)
-                payload, headers = routed_completion(out, req.model)
-                background = release_after(out)  # a sampled audit starts once the response is sent
-                self.strategy = out.strategy
-                self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
-                                      answered_by=out.answer_model)
+                outs = [await run_in_threadpool(run_routed, routed, one, self.limits, self.serving.pattern,
+                                                self.deadlines) for one in choices(req)]
+                bodies = [routed_completion(out, req.model) for out in outs]
+                payload, headers = merge_choices([b for b, _ in bodies]), bodies[0][1]
+                background = release_after(outs[0])  # a sampled audit starts once the response is sent
+                for out in outs:
+                    self.routed_answered(routed, req, out)
             else:
-                payload, headers = await run_in_threadpool(run_plain, routed, req, self.min_new_tokens, self.serving.pattern,
-                                                           self.deadlines)
-                self.strategy = payload["routedvlm"]["trace"][0]["stage"]
-                self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
+                if req.stream:
+                    response = await stream_plain(self, routed, req)
+                    streaming = True
+                    return response
+                payloads = [await run_in_threadpool(self.run_plain_call, routed, one, None) for one in choices(req)]
+                payload, headers = merge_choices([p for p, _ in payloads]), payloads[0][1]
+                for one in payloads:
+                    self.plain_answered(req, one[0])
             self.done(200)
-            if req.stream and req.model != self.served:
-                return one_delta_stream(payload, req.include_usage, headers)
             return JSONResponse(payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
+            self.serving.sides.failed(exc)
             self.done(err.status)
-            return JSONResponse(err.body(), status_code=err.status)
+            extra = {"retry-after": str(RETRY_AFTER_S)} if err.status == 503 else None
+            return JSONResponse(err.body(), status_code=err.status, headers=extra)
         finally:
             if not streaming:
                 self.done()
+
+    def run_plain_call(self, routed, req, streamer):
+        """(body, headers) of one plain-model call (in a worker thread)."""
+        return run_plain(routed, req, self.min_new_tokens, self.serving.pattern, self.deadlines, streamer)
+
+    def plain_answered(self, req, payload) -> None:
+        self.strategy = payload["routedvlm"]["trace"][0]["stage"]
+        self.serving.sides.answered([req.model])
+        self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
+
+    def routed_answered(self, routed, req, out) -> None:
+        self.strategy = out.strategy
+        self.serving.sides.answered(out.models)
+        self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
+                              answered_by=out.answer_model)
 
     async def parse(self, raw):
         """The validated request, parsed in a worker thread (at most PARSE_SLOTS at once); after a large body the
@@ -250,45 +274,3 @@ class ChatHandler:
         if status is not None:
             seconds = time.perf_counter() - self.t0 if status == 200 else None
             self.metrics.request(CHAT, self.model, self.strategy, status, seconds)
-
-    async def stream_routed(self, routed, req):
-        """An SSE response: the route goes out in the headers once decided, then the answer as it decodes."""
-        from fastapi.responses import StreamingResponse
-        from starlette.concurrency import run_in_threadpool
-
-        loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        neutralise(req.messages, self.serving.pattern)
-        stream = await run_in_threadpool(routed.stream, messages=req.messages, max_tokens=req.max_tokens)
-        run = stream_runner(routed, stream, req, self.limits, self.serving.pattern, self.deadlines)
-        loop.run_in_executor(None, run, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
-        kind, value = await events.get()
-        if kind == "error":
-            raise value
-        self.strategy = value["strategy"]
-        chunks = Chunks(req.model, req.include_usage)
-
-        async def body():
-            status = 499  # the client went away before the end
-            try:
-                yield chunks.delta({"role": "assistant", "content": ""})
-                while True:
-                    kind, value = await events.get()
-                    if kind == "delta":
-                        yield chunks.delta({"content": value})
-                        continue
-                    if kind == "done":
-                        self.metrics.answered(req.model, value.trace, value.usage, fallback=value.fallback,
-                                              loaded=routed.router is not None, answered_by=value.answer_model)
-                        status = 200
-                        yield chunks.end(value.finish_reason, value.usage, route_info(value))
-                    else:
-                        err = api_error(value)
-                        status = err.status
-                        yield Chunks.error(err)
-                    return
-            finally:
-                stream.cancel()
-                self.done(status)
-
-        headers = {**route_headers(value["strategy"], value["keep_tokens"], value["models"]), "cache-control": "no-cache"}
-        return StreamingResponse(body(), media_type="text/event-stream", headers=headers)

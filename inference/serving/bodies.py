@@ -26,8 +26,8 @@ async def read_body(request, limit: int) -> bytearray:
     return body
 
 
-def parse_body(raw, limits: Limits, models, served_model: str):
-    """JSON + request validation + image decoding (run in a worker thread)."""
+def parse_body(raw, limits: Limits, models, served_model: str, text: bool = False):
+    """JSON + request validation + image decoding (run in a worker thread); `text`: a /v1/completions body."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -35,6 +35,10 @@ def parse_body(raw, limits: Limits, models, served_model: str):
     except RecursionError:
         raise APIError(400, "The request body nests JSON too deeply to parse; send a flat chat request.",
                        code="invalid_json") from None
+    if text:
+        from .text_completions import chat_body
+
+        body = chat_body(body)
     return parse_chat_request(body, limits, models, routed_model=served_model)
 
 

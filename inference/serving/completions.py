@@ -136,6 +136,8 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=Non
 
     from ..inputs import from_messages
 
+    if req.raw_prompt is not None:
+        return raw_completion(routed, req, min_new_tokens, streamer)
     messages, partial = req.messages, None
     if req.continue_final_message:
         last = messages[-1]
@@ -165,6 +167,34 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=Non
     return completion(req.model, answer, res.reasoning, finish=finish, logprobs=logprobs, usage=use,
                       extra={"routedvlm": {"trace": res.trace}}), {"x-routedvlm-models": req.model,
                                                                    "x-routedvlm-answer-model": req.model}
+
+
+def raw_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=None) -> tuple[dict, dict]:
+    """(body, headers) of a plain model continuing `req.raw_prompt` as it is (/v1/completions)."""
+    from routedvlm.errors import ModeUnavailableError
+
+    from ..stages import record
+    from ..routed import pipeline_sides
+
+    model = pipeline_sides(routed.pipeline)[req.model]
+    limit = req.max_tokens or routed.pipeline.config.max_direct_tokens
+    floor = min_new_tokens if req.min_tokens is None else req.min_tokens
+
+    def check(prompt_tokens: int) -> None:
+        check_context(req.model, model.context_length(), prompt_tokens, limit)
+
+    try:
+        with routed.lock, sampling.plain(req.sampling), streaming.plain_streamer(streamer):
+            gen, text = model.complete_text(req.raw_prompt, max_tokens=limit, min_tokens=min(floor, limit),
+                                            check_context=check)
+    except ModeUnavailableError as exc:
+        raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
+    text, stopped = sampling.cut_at_stop(text, req.sampling)
+    finish = "stop" if stopped or not model.hit_limit(gen, limit) else "length"
+    use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
+    rec = record(f"{req.model}_text", req.model, model, "text", gen)
+    return completion(req.model, text, finish=finish, usage=use, extra={"routedvlm": {"trace": [rec]}}), {
+        "x-routedvlm-models": req.model, "x-routedvlm-answer-model": req.model}
 
 
 def _token(side, tid) -> dict:

@@ -40,7 +40,9 @@ class PlainStreamer:
         self.markers = [m for m in (THINK_OPEN, THINK_CLOSE, marker, *self.stop) if m]
 
     def texts(self, ids) -> dict:
-        if not self.reasoning:
+        if self.reasoning is None:  # a raw continuation (/v1/completions): the text as decoded
+            out = {"content": self.model.decode(ids)}
+        elif not self.reasoning:
             out = {"content": self.model.clean_answer(ids)}
         else:
             _, reasoning, answer = self.model.split_reasoning(ids)
@@ -88,13 +90,17 @@ def rest_of(streamer: PlainStreamer, payload: dict) -> dict:
     return delta
 
 
-async def stream_plain(handler, routed, req):
+async def stream_plain(handler, routed, req, chunk_class=Chunks):
     """An SSE response for a plain model: deltas as the local call decodes, then the finish chunk (+ usage)."""
     from fastapi.responses import StreamingResponse
 
     loop, events = asyncio.get_running_loop(), asyncio.Queue()
     model, think = plain_model(routed, req)
     thinking_output = think and model.style != "never" and not req.continue_final_message
+    if req.raw_prompt is not None:
+        from ..routed import pipeline_sides
+
+        model, thinking_output = pipeline_sides(routed.pipeline)[req.model], None
     stop = req.sampling.stop if req.sampling is not None else ()
     streamer = PlainStreamer(model, thinking_output, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev), stop)
     context = contextvars.copy_context()
@@ -106,7 +112,7 @@ async def stream_plain(handler, routed, req):
         except BaseException as exc:  # noqa: BLE001 - handed to the response body
             streamer.send(("error", exc))
 
-    chunks = Chunks(req.model, req.include_usage, req.continuous_usage)
+    chunks = chunk_class(req.model, req.include_usage, req.continuous_usage)
     headers = {"x-routedvlm-models": req.model, "x-routedvlm-answer-model": req.model,
                "x-routedvlm-answer-decoded-before-route": "0", "cache-control": "no-cache"}
     loop.run_in_executor(None, run)

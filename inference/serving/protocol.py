@@ -19,7 +19,7 @@ ROLES = ("assistant", "developer", "system", "user")  # "developer" is read as "
 KNOWN = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
          "top_logprobs", "chat_template_kwargs", "min_tokens", "continue_final_message", "add_generation_prompt",
          "user", "metadata", "store", "service_tier", "parallel_tool_calls", "skip_special_tokens", "prompt", "echo",
-         "suffix", "include_stop_str_in_output", "spaces_between_special_tokens", "priority", "request_id"}
+         "suffix", "include_stop_str_in_output", "spaces_between_special_tokens", "priority", "request_id", "_raw_prompt"}
 PLAIN_ONLY = ("logprobs", "top_logprobs", "min_tokens", "continue_final_message")
 _warned: set = set()
 
@@ -70,6 +70,7 @@ class ChatRequest:
     sampling: object = None  # a sampling.Sampling, or None: greedy
     n: int = 1
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage in every chunk (vLLM)
+    raw_prompt: str | None = None  # /v1/completions: the prompt a plain model continues as it is
 
 
 def _bad(message, param=None, code=None, status=400):
@@ -257,7 +258,7 @@ def parse_chat_request(body, limits: Limits, models, routed_model: str | None = 
     return ChatRequest(model, messages, max_tokens, thinking, bool(body.get("logprobs")),
                        _int_field(body, "top_logprobs", 0, 20) or 0, bool(body.get("continue_final_message")),
                        _int_field(body, "min_tokens", 0, limits.max_tokens), bool(body.get("stream")), include_usage,
-                       sampling, n, continuous)
+                       sampling, n, continuous, body.get("_raw_prompt"))
 
 
 def check_context(model: str, context: int | None, prompt_tokens: int, max_tokens: int) -> None:

@@ -11,7 +11,7 @@ from .completions import Chunks, route_headers, route_info
 from .prompt_check import neutralise
 
 
-async def stream_routed(handler, routed, req):
+async def stream_routed(handler, routed, req, chunk_class=Chunks):
     """The StreamingResponse of one routed request; `handler` (server.ChatHandler) counts it when it ends."""
     from fastapi.responses import StreamingResponse
     from starlette.concurrency import run_in_threadpool
@@ -26,7 +26,7 @@ async def stream_routed(handler, routed, req):
     if kind == "error":
         raise value
     handler.strategy = value["strategy"]
-    chunks = Chunks(req.model, req.include_usage, req.continuous_usage)
+    chunks = chunk_class(req.model, req.include_usage, req.continuous_usage)
 
     async def body():
         status = 499  # the client went away before the end

@@ -34,11 +34,14 @@ from .plain_stream import stream_plain
 from .prompt_check import check_routed_context, special_pattern
 from .routed_stream import stream_routed
 from .side_health import SideHealth
+from .text_completions import TextChunks, text_payload
+from .vllm_routes import add_routes
 from .protocol import APIError, Limits
 
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
 CHAT = "/v1/chat/completions"
+TEXT = "/v1/completions"
 PARSE_SLOTS = 2  # request bodies parsed (JSON + images) at the same time
 TRIM_BYTES = 4 * 2**20  # after parsing a body this large, freed heap pages go back to the OS
 
@@ -151,11 +154,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
-    @app.get("/v1/models")
-    async def list_models():
-        now = int(time.time())
-        return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
-                                           for m in models]}
+    add_routes(app, serving, served_model, models, limits.max_body_bytes)  # /v1/models, /version, /tokenize, ...
 
     @app.post(FEEDBACK)
     async def audit_feedback(request: Request):
@@ -165,14 +164,22 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     @app.post(CHAT)
     async def chat(request: Request):
+        return await answer(request, CHAT)
+
+    @app.post(TEXT)
+    async def text_completion(request: Request):
+        return await answer(request, TEXT)
+
+    async def answer(request, route):
         if queued[0] >= max_queued:
-            metrics.request(CHAT, "", "", 503)
+            metrics.request(route, "", "", 503)
             exc = APIError(503, f"This server is answering its limit of {max_queued} requests; retry later "
                                 "(routedvlm serve --max-queued).", type="server_error", code="server_overloaded")
             return JSONResponse(exc.body(), status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
         queued[0] += 1
         try:
-            handler = ChatHandler(serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines)
+            handler = ChatHandler(serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines,
+                                  route)
             return await handler(request)
         finally:
             queued[0] -= 1
@@ -183,10 +190,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 class ChatHandler:
     """One POST /v1/chat/completions: read, parse, answer (streamed or not), and count it in the metrics."""
 
-    def __init__(self, serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines):
+    def __init__(self, serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines, route=CHAT):
         self.require, self.metrics, self.limits, self.models, self.parsing = serving.require, metrics, limits, models, parsing
         self.served, self.min_new_tokens, self.serving, self.deadlines = served_model, min_new_tokens, serving, deadlines
         self.t0, self.model, self.strategy, self.open = time.perf_counter(), "", "", True
+        self.route, self.text = route, route == TEXT  # /v1/completions: text_completions.py
 
     async def __call__(self, request):
         from fastapi.responses import JSONResponse
@@ -201,7 +209,7 @@ class ChatHandler:
             if req.model == self.served:
                 check_routed_context(routed, req)
                 if req.stream:
-                    response = await stream_routed(self, routed, req)
+                    response = await stream_routed(self, routed, req, *self.chunks)
                     streaming = True
                     return response
                 outs = [await run_in_threadpool(run_routed, routed, one, self.limits, self.serving.pattern,
@@ -213,7 +221,7 @@ class ChatHandler:
                     self.routed_answered(routed, req, out)
             else:
                 if req.stream:
-                    response = await stream_plain(self, routed, req)
+                    response = await stream_plain(self, routed, req, *self.chunks)
                     streaming = True
                     return response
                 payloads = [await run_in_threadpool(self.run_plain_call, routed, one, None) for one in choices(req)]
@@ -221,7 +229,7 @@ class ChatHandler:
                 for one in payloads:
                     self.plain_answered(req, one[0])
             self.done(200)
-            return JSONResponse(payload, headers=headers, background=background)
+            return JSONResponse(text_payload(payload) if self.text else payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
             self.serving.sides.failed(exc)
@@ -232,6 +240,10 @@ class ChatHandler:
             if not streaming:
                 self.done()
 
+    @property
+    def chunks(self) -> tuple:
+        return (TextChunks,) if self.text else ()
+
     def run_plain_call(self, routed, req, streamer):
         """(body, headers) of one plain-model call (in a worker thread)."""
         return run_plain(routed, req, self.min_new_tokens, self.serving.pattern, self.deadlines, streamer)
@@ -239,13 +251,14 @@ class ChatHandler:
     def plain_answered(self, req, payload) -> None:
         self.strategy = payload["routedvlm"]["trace"][0]["stage"]
         self.serving.sides.answered([req.model])
-        self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
+        self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model,
+                              finish_reason=payload["choices"][0]["finish_reason"])
 
     def routed_answered(self, routed, req, out) -> None:
         self.strategy = out.strategy
         self.serving.sides.answered(out.models)
         self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
-                              answered_by=out.answer_model)
+                              answered_by=out.answer_model, finish_reason=out.finish_reason)
 
     async def parse(self, raw):
         """The validated request, parsed in a worker thread (at most PARSE_SLOTS at once); after a large body the
@@ -255,7 +268,7 @@ class ChatHandler:
         failed = None
         async with self.parsing:
             try:
-                req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served)
+                req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served, self.text)
             except Exception as exc:  # noqa: BLE001 - raised again below, without the frames that hold the body
                 failed = exc.with_traceback(None)
         if len(raw) >= TRIM_BYTES:
@@ -273,4 +286,4 @@ class ChatHandler:
         self.metrics.in_flight.dec()
         if status is not None:
             seconds = time.perf_counter() - self.t0 if status == 200 else None
-            self.metrics.request(CHAT, self.model, self.strategy, status, seconds)
+            self.metrics.request(self.route, self.model, self.strategy, status, seconds)

@@ -129,6 +129,10 @@ class ModelSide(abc.ABC):
         """One plain completion in `mode` ("direct"/"reason") continuing an optional assistant `partial`
         (`routedvlm serve`'s plain models): a Generation. check_context(prompt_tokens) is called before decoding."""
 
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        """A raw continuation of `prompt` (no chat template; serve's /v1/completions): (Generation, text)."""
+        raise ModeUnavailableError(f"The model {self.name!r} cannot continue a raw prompt here; use chat completions.")
+
     # ----- reading outputs ----------------------------------------------------------------------------------------
     @abc.abstractmethod
     def decode(self, ids) -> str:

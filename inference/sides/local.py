@@ -291,6 +291,15 @@ class VLM(ModelSide):
         _, reasoning, answer = self.split_reasoning(gen.token_ids)
         return gen, answer, reasoning
 
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        from ..generation import timed_generate
+
+        inputs = self.encode(None, prompt)
+        if check_context is not None:
+            check_context(int(inputs["input_ids"].shape[1]))
+        gen = timed_generate(self.model, inputs, max_new_tokens=max_tokens, min_new_tokens=min(min_tokens, max_tokens))
+        return gen, self.decode(gen.token_ids)
+
     # ----- reading outputs --------------------------------------------------------------------------------------
     def answer_text(self, ids, kind: str) -> str:
         if kind == "reason":

@@ -2,7 +2,7 @@
 `root` and `max_model_len`; 503 `model_not_ready` while loading, as every /v1 route), GET /v1/models/{id},
 GET /version, GET|POST /ping, and POST /tokenize / /detokenize for a model whose tokenizer is in this process (a
 plain model on a local or engine side; the routed model and HTTP sides have none to offer: a 400 says so)."""
-from __future__ import annotations
+# no `from __future__ import annotations`: FastAPI reads the handlers' annotations at runtime
 
 import json
 import time
@@ -38,7 +38,7 @@ def model_entries(routed, served_model: str, models) -> list:
     return out
 
 
-def _tokenizing_side(routed, served_model: str, model):
+def _tokenizing_side(routed, served_model, model):
     from ..routed import pipeline_sides
 
     sides = pipeline_sides(routed.pipeline)

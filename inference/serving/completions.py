@@ -25,7 +25,7 @@ def completion_id() -> str:
 def completion(model: str, content, reasoning=None, *, finish="stop", logprobs=None, usage=None, extra=None) -> dict:
     """A chat.completion; the reasoning in `reasoning` and `reasoning_content` (vLLM 0.32 keeps both); `content` None
     while the reply was cut inside its reasoning (as vLLM)."""
-    message = {"role": "assistant", "content": content}
+    message = {"role": "assistant", "content": content, "tool_calls": []}  # vLLM's message lists its (no) tool calls
     if reasoning is not None:
         message["reasoning"] = message["reasoning_content"] = reasoning
     out = {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..image_io import MEDIA_TYPES, SAFE_FORMATS, ImageInputError, open_image, split_data_url
+from .api_error import APIError  # noqa: F401 - re-exported: the serving modules import it from here
 
 logger = logging.getLogger(__name__)
 ROLES = ("assistant", "developer", "system", "user")  # "developer" is read as "system" (as vLLM)
@@ -22,18 +23,6 @@ KNOWN = {"model", "messages", "stream", "stream_options", "max_tokens", "max_com
          "suffix", "include_stop_str_in_output", "spaces_between_special_tokens", "priority", "request_id", "_raw_prompt"}
 PLAIN_ONLY = ("logprobs", "top_logprobs", "min_tokens", "continue_final_message")
 _warned: set = set()
-
-
-class APIError(Exception):
-    """An error answered to the client in the OpenAI error shape."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)

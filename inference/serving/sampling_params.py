@@ -9,7 +9,7 @@ writes the visible answer (sampling.py). Refused, with a 400 naming the field, o
 from __future__ import annotations
 
 from ..sampling import Sampling
-from .protocol import APIError
+from .api_error import APIError
 
 # what cannot be honoured (no beam search, tools, grammars, ...): refused unless at a value that changes nothing
 REFUSED = {

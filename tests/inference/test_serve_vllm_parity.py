@@ -50,7 +50,7 @@ def both(vllm_servers, tmp_path_factory):
     log = tmp_path_factory.mktemp("parity") / "serve.log"
     with serve_process(["--small", str(small), "--large", str(large), "--router", "large_direct", "--threads", "1",
                         "--log-level", "warning"], log) as (url, _):
-        yield url, vllm_servers["small"].split("#")[0]
+        yield url, vllm_servers["small"].split("#")[0].removesuffix("/v1")
 
 
 def _bodies():

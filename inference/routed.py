@@ -198,16 +198,17 @@ class RoutedVLM:
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def run_request(self, req, *, defer_audit: bool = False, request_id: str | None = None, **kwargs) -> RoutedOutput:
+    def run_request(self, req, *, defer_audit: bool = False, request_id: str | None = None, audit_draw=None,
+                    **kwargs) -> RoutedOutput:
         """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
         (`max_tokens`, `on_decision`, `sink`, `sampling`). A sampled shadow audit is queued after the lock is released
-        (`defer_audit`: see `generate`)."""
+        (`defer_audit`: see `generate`; `audit_draw`: the draw made beforehand, see `streaming.RoutedStream`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
         out.request_id = request_id or f"req-{uuid.uuid4().hex}"
         if self.auditor is not None and not out.decision.get("sampled"):  # a sampled answer is outside the certificate
             # after the lock is released: the audit waits for it, the answer does not
-            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit)
+            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit, drawn=audit_draw)
         return out
 
     def audit_feedback(self, request_id: str, *, answer=None, routed_correct=None, reference_correct=None) -> str:

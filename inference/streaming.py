@@ -157,6 +157,8 @@ class RoutedStream:
         self.routed, self.request, self.max_tokens, self.sampling = routed, request, max_tokens, sampling
         self.route, self.output, self._sink = None, None, None
         self.request_id = f"req-{uuid.uuid4().hex}"  # known before the answer (a streamed response's header)
+        auditor, sampled = getattr(routed, "auditor", None), sampling is not None and not sampling.neutral
+        self.audit_draw = False if auditor is None or sampled else auditor.draw()  # drawn now, for the headers
 
     def cancel(self) -> None:
         if self._sink is not None:
@@ -173,7 +175,8 @@ class RoutedStream:
 
         try:
             self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided,
-                                                  sink=self._sink, sampling=self.sampling, request_id=self.request_id)
+                                                  sink=self._sink, sampling=self.sampling, request_id=self.request_id,
+                                                  audit_draw=self.audit_draw)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(("error", exc))
             return

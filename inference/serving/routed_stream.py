@@ -52,5 +52,6 @@ async def stream_routed(handler, routed, req, chunk_class=Chunks):
             handler.done(status)
 
     headers = {**route_headers(value["strategy"], value["keep_tokens"], value["models"], value.get("decoded", False)),
-               "x-routedvlm-request-id": stream.request_id, "cache-control": "no-cache"}
+               "x-routedvlm-request-id": stream.request_id, "x-routedvlm-audited": "1" if stream.audit_draw else "0",
+               "cache-control": "no-cache"}
     return StreamingResponse(body(), media_type="text/event-stream", headers=headers)

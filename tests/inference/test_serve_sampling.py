@@ -179,3 +179,24 @@ def test_what_cannot_be_honoured_is_an_openai_shaped_400(app_for, images, body, 
     http = app_for("large_direct")
     r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["square"], "Q?"), **body})
     assert r.status_code == 400 and r.json()["error"]["param"] == param
+
+
+def test_streams_carry_the_audit_header_and_sampled_answers_are_not_audited(pipe, images):
+    """A streamed request draws its audit before the answer, so `x-routedvlm-audited` is in its headers as in a
+    non-streamed response; a sampled answer is outside the (greedy) certificate and is not audited."""
+    from fastapi.testclient import TestClient
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.inference.serving.server import create_app
+
+    routed = RoutedVLM(pipe, "large_direct", audit_rate=1.0, audit={"alpha": 0.2, "seed": 0, "window": 0})
+    body = {"model": "routedvlm", "messages": user(images["square"], "Color?"), "max_tokens": 4}
+    with TestClient(create_app(routed)) as http:
+        streamed = http.post("/v1/chat/completions", json={**body, "stream": True})
+        sampled = chat(http, **body, temperature=1.0, seed=2)
+        greedy = chat(http, **body)
+        assert routed.auditor.wait(120)
+    last = [e for e in _events(streamed.text) if e["choices"]][-1]
+    assert streamed.headers["x-routedvlm-audited"] == "1" and last["routedvlm"]["audited"] is True
+    assert streamed.headers["x-routedvlm-request-id"] == last["routedvlm"]["request_id"]
+    assert sampled.headers["x-routedvlm-audited"] == "0" and greedy.headers["x-routedvlm-audited"] == "1"

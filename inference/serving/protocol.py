@@ -4,7 +4,8 @@
 Hugging Face chat messages (decoded PIL images; none for a text-only chat) or raises `APIError` (status,
 message, type, param, code), which the server renders as `{"error": {"message", "type", "param", "code"}}`.
 Images must be base64 `data:` URLs of a `SAFE_FORMATS` type: the server never fetches a URL or reads a
-path named by a client. Decoding is greedy: a sampling parameter with a non-greedy value is a 400 naming it.
+path named by a client. Sampling parameters (`ChatRequest.sampling`, `n`): sampling_params.py; role "developer" is
+read as "system" (as vLLM); an assistant turn may have content null, one with `tool_calls` is a 400.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions (streamed or not),
-/v1/models, and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
-/v1 routes). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
+"""An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions and /v1/completions
+(streamed or not; text_completions.py), vLLM's other routes (vllm_routes.py: /v1/models, /version, /ping,
+/tokenize, ...), and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
+/v1 routes). Streams: routed_stream.py (the routed model), plain_stream.py (a plain model, token by token); a side's
+outage is a 503 + Retry-After and /health names it (side_health.py). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
 
 Model ids: the routed model (default "routedvlm") answers under the router's policy; each model of the ladder
 answers alone under its position name ("small", "large"; "small", "mid", "large" for three, ...; see

@@ -134,6 +134,7 @@ async def _body(handler, req, streamer, chunks, events, first):
             if kind == "delta":
                 delta, tokens = value
                 chunks.prompt_tokens = streamer.prompt_tokens or 0
+                handler.delta_sent()
                 yield chunks.delta(delta, tokens=tokens)
             elif kind == "done":
                 payload, _ = value

@@ -35,6 +35,7 @@ async def stream_routed(handler, routed, req, chunk_class=Chunks):
             while True:
                 kind, out = await events.get()
                 if kind == "delta":
+                    handler.delta_sent()
                     yield chunks.delta({"content": out}, tokens=1)
                     continue
                 if kind == "done":

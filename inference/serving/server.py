@@ -255,6 +255,15 @@ class ChatHandler:
     def chunks(self) -> tuple:
         return (TextChunks,) if self.text else ()
 
+    def delta_sent(self) -> None:
+        """A streamed text delta went out: time to first token, then time between tokens (vllm:* histograms)."""
+        now = time.perf_counter()
+        last, self.last_delta = getattr(self, "last_delta", None), now
+        if last is None:
+            self.metrics.vllm.first_token(self.model, now - self.t0)
+        else:
+            self.metrics.vllm.next_token(self.model, now - last)
+
     def run_plain_call(self, routed, req, streamer):
         """(body, headers) of one plain-model call (in a worker thread)."""
         return run_plain(routed, req, self.min_new_tokens, self.serving.pattern, self.deadlines, streamer)

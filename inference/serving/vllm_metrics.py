@@ -4,7 +4,8 @@ counterpart here).
 
 vllm:num_requests_running (gauge: requests being answered), vllm:request_success_total{finished_reason},
 vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:e2e_request_latency_seconds (histogram),
-vllm:request_prompt_tokens / vllm:request_generation_tokens (histograms per request)."""
+vllm:request_prompt_tokens / vllm:request_generation_tokens (histograms per request), and for streamed responses
+vllm:time_to_first_token_seconds / vllm:inter_token_latency_seconds (from the text deltas as they are sent)."""
 from __future__ import annotations
 
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
@@ -23,10 +24,22 @@ class VLLMMetrics:
         self.generation = Counter("vllm:generation_tokens", "Generated tokens of answered requests.", label, registry=r)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end time of answered requests.", label,
                              buckets=latency_buckets, registry=r)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to the first text delta of a streamed response.",
+                              label, buckets=latency_buckets, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between text deltas of a streamed response.",
+                             label, buckets=latency_buckets, registry=r)
         self.prompt_hist = Histogram("vllm:request_prompt_tokens", "Prompt tokens per request.", label,
                                      buckets=TOKEN_BUCKETS, registry=r)
         self.generation_hist = Histogram("vllm:request_generation_tokens", "Generated tokens per request.", label,
                                          buckets=TOKEN_BUCKETS, registry=r)
+
+    def first_token(self, model: str, seconds: float) -> None:
+        """A streamed response's first text delta, `seconds` after the request arrived."""
+        self.ttft.labels(model).observe(seconds)
+
+    def next_token(self, model: str, seconds: float) -> None:
+        """The time between two text deltas of a streamed response."""
+        self.itl.labels(model).observe(seconds)
 
     def answered(self, model: str, usage: dict, finish_reason: str | None) -> None:
         prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)

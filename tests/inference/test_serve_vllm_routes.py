@@ -87,6 +87,15 @@ def test_vllm_named_metrics_count_requests_and_tokens(http):
     assert samples[("vllm:prompt_tokens_total", label)] >= out["usage"]["prompt_tokens"]
     assert samples[("vllm:e2e_request_latency_seconds_count", label)] >= 1
     assert ("vllm:num_requests_running", ()) in samples
+    small = (("model_name", "small"),)
+    ttft, itl = (("vllm:time_to_first_token_seconds_count", small), ("vllm:inter_token_latency_seconds_count", small))
+    streamed = http.post("/v1/chat/completions", json={"model": "small", "messages": user(None, "Q?"), "max_tokens": 6,
+                                                        "stream": True})
+    assert streamed.status_code == 200
+    after = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples}
+    assert after[ttft] == samples.get(ttft, 0) + 1  # one first token per streamed response
+    assert after[itl] > samples.get(itl, 0)  # the stream sent more than one delta
 
 
 def test_v1_routes_answer_503_while_loading_as_the_docs_say(tiny_pair, make_pipeline):

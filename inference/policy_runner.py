@@ -24,6 +24,7 @@ from routedvlm.router.ladder import next_action, stages_to_pay
 from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
+from . import sampling as sampling_mod
 from .decision_deadline import DecisionDeadline
 from .encoders import encoder_for_policy
 from .features import compute_features
@@ -135,10 +136,12 @@ class PolicyRunner:
         t2 = time.perf_counter()
         return step.decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
-    def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None) -> RoutedOutput:
-        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models): called
-        once the route is decided, before the final answer runs (`models`: the aliases the request runs, cheapest
-        first); sink: an `AnswerSink` the final answer streams into."""
+    def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None, sampling=None) -> RoutedOutput:
+        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models, decoded):
+        called once the route is decided, before the final answer runs (`models`: the aliases the request runs,
+        cheapest first; `decoded`: whether the answer was already decoded before the decision, an accepted cascade
+        answer); sink: an `AnswerSink` the final answer streams into; sampling: a `sampling.Sampling` the final answer
+        call samples with (the stages run before the decision stay greedy)."""
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
@@ -153,13 +156,16 @@ class PolicyRunner:
             router = self.fallback
             self._run_stages(req, self.stages_for(router), ran)
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+        decoded = decision.strategy in ran  # accepted: decoded (greedily) before the decision, so not sampled
         if on_decision is not None:
-            on_decision(decision, used_fallback, _route_models(ran, decision.strategy))
-        with streaming.active(sink) if sink is not None else contextlib.nullcontext():
+            on_decision(decision, used_fallback, _route_models(ran, decision.strategy), decoded)
+        with streaming.active(sink) if sink is not None else contextlib.nullcontext(), sampling_mod.active(sampling):
             result = self._execute(req, decision.strategy, ran)
-        text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens)
+        text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens, None if decoded else sampling)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
         record.update(router.trace_info())  # e.g. the LoRA probe's probe_shared_prefill, probe_ms
+        record["sampled"] = sampling is not None and not sampling.neutral and not decoded
+        record["decoded_before_route"] = decoded
         return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
                             _trace(ran, result, record), used_fallback, result, finish, usage)
 

@@ -176,30 +176,35 @@ class RoutedVLM:
         return self.router if self.router is not None else self.fallback
 
     def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None,
-                 defer_audit: bool = False):
+                 defer_audit: bool = False, sampling=None):
         """Answer one request, or a list of requests (lists of images + questions, or a list of message lists).
 
         messages: chat messages whose last user turn holds the question and at most one image part, as
         transformers writes them (`{"type": "image", "image": PIL | path}`, `{"type": "image", "url": ...}`) or
         as OpenAI does (`{"type": "image_url", "image_url": {"url": "data:..." | path}}`).
-        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts).
+        max_tokens: cap of the final answer's tokens (`finish_reason` "length" when it cuts); the reasoning of a strategy
+        has its own budget (`PipelineConfig.max_reason_tokens`, the router's K).
+        sampling: a `sampling.Sampling` the call writing the answer samples with (routing stages stay greedy; an
+        answer a cascade accepted was decoded greedily before the decision; see docs/serve.md)
         defer_audit: a sampled shadow audit waits until `out.release_audit()` (the server calls it once the
         response is sent; it runs anyway after a minute)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self.run_request(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+            return [self.run_request(self._request(**kw), max_tokens=max_tokens, sampling=sampling)
+                    for kw in _split_batch(image, question, messages)]
         return self.run_request(self._request(image, question, messages), max_tokens=max_tokens,
-                                defer_audit=defer_audit)
+                                defer_audit=defer_audit, sampling=sampling)
 
     __call__ = generate
 
-    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None) -> RoutedStream:
+    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None,
+               sampling=None) -> RoutedStream:
         """One request whose final answer streams as it decodes: `for delta in vlm.stream(...)`, then `.output`.
 
         The route is decided before the first answer token; an answer the cascade accepted (already decoded
         before the decision) arrives as one delta. Inputs as for `generate` (one request, not a batch)."""
         _check_max_tokens(max_tokens)
-        return RoutedStream(self, self._request(image, question, messages), max_tokens)
+        return RoutedStream(self, self._request(image, question, messages), max_tokens, sampling)
 
     def _request(self, image=None, question=None, messages=None):
         """A validated Request whose question went through the router's prompt template."""
@@ -208,15 +213,17 @@ class RoutedVLM:
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def run_request(self, req, *, defer_audit: bool = False, **kwargs) -> RoutedOutput:
+    def run_request(self, req, *, defer_audit: bool = False, request_id: str | None = None, audit_draw=None,
+                    **kwargs) -> RoutedOutput:
         """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
-        (`max_tokens`, `on_decision`, `sink`). A sampled shadow audit is queued after the lock is released
-        (`defer_audit`: see `generate`)."""
+        (`max_tokens`, `on_decision`, `sink`, `sampling`). A sampled shadow audit is queued after the lock is released
+        (`defer_audit`: see `generate`; `audit_draw`: the draw made beforehand, see `streaming.RoutedStream`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
-        out.request_id = f"req-{uuid.uuid4().hex}"
-        if self.auditor is not None:  # after the lock is released: the audit waits for it, the answer does not
-            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit)
+        out.request_id = request_id or f"req-{uuid.uuid4().hex}"
+        if self.auditor is not None and not out.decision.get("sampled"):  # a sampled answer is outside the certificate
+            # after the lock is released: the audit waits for it, the answer does not
+            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit, drawn=audit_draw)
         return out
 
     def audit_feedback(self, request_id: str, *, answer=None, routed_correct=None, reference_correct=None) -> str:

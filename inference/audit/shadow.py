@@ -67,11 +67,16 @@ class ShadowAuditor:
         self._thread.start()
 
     # ----- request path ---------------------------------------------------------------------------------------
-    def offer(self, request_id: str, req, out, *, defer: bool = False) -> bool:
-        """Draw this request; True when it was queued for an audit. Never blocks."""
+    def draw(self) -> bool:
+        """Whether a request is drawn for an audit (a streamed request draws before its answer, for its headers)."""
         with self._lock:
-            if self._rng.random() >= self.rate:
-                return False
+            return self._rng.random() < self.rate
+
+    def offer(self, request_id: str, req, out, *, defer: bool = False, drawn: bool | None = None) -> bool:
+        """Draw this request (or take `drawn`, an earlier `draw()`); True when it was queued for an audit. Never
+        blocks."""
+        if not (self.draw() if drawn is None else drawn):
+            return False
         item = _Item(request_id, req, out)
         if not defer:
             item.gate.set()

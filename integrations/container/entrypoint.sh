@@ -8,7 +8,7 @@
 #   ROUTEDVLM_REPLICA_ID                this replica's name in request ids and audit parts (default $HOSTNAME: the pod)
 #   ROUTEDVLM_SERVE_<FLAG>              any other flag of `routedvlm serve`: ROUTEDVLM_SERVE_MAX_QUEUED=128 is
 #                                       --max-queued 128; a switch (--audit-store-inputs) is on for 1/true/yes
-#   ROUTEDVLM_API_KEY, ROUTEDVLM_BACKEND_API_KEY are read by serve itself.
+#   ROUTEDVLM_API_KEY, ROUTEDVLM_BACKEND_API_KEY, ROUTEDVLM_FEEDBACK_KEY are read by serve itself.
 # Arguments are appended to the command (`podman run IMAGE --max-queued 16`); a first argument that is not a flag
 # runs instead of serve (`podman run -it IMAGE bash`). ROUTEDVLM_ENTRYPOINT_DRY_RUN=1 prints the command, one
 # argument per line, and exits.

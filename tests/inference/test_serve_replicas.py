@@ -16,6 +16,7 @@ from serve_helpers import KEY, QUESTIONS, post, serve_process, user
 pytestmark = pytest.mark.slow
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "integrations" / "container" / "entrypoint.sh"
 REPLICAS = ("serve-a", "serve-b")
+FEEDBACK_KEY = "feedback-test-key"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,8 @@ def replicas(served, tmp_path_factory):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "ROUTEDVLM_SMALL": f"{backend}#small", "ROUTEDVLM_LARGE": f"{backend}#large",
            "ROUTEDVLM_ROUTER": str(served["router"]), "ROUTEDVLM_HOST": "127.0.0.1", "ROUTEDVLM_API_KEY": KEY,
-           "ROUTEDVLM_BACKEND_API_KEY": KEY, "ROUTEDVLM_REQUIRE_PREFIX_CACHE": "0",  # the stand-in keeps no prefix cache
+           "ROUTEDVLM_BACKEND_API_KEY": KEY, "ROUTEDVLM_FEEDBACK_KEY": FEEDBACK_KEY,
+           "ROUTEDVLM_REQUIRE_PREFIX_CACHE": "0",  # the stand-in keeps no prefix cache
            "ROUTEDVLM_SERVE_LOG_LEVEL": "warning", "ROUTEDVLM_SERVE_THREADS": "1",
            # the pipeline settings of the served_local reference (conftest's make_pipeline)
            "ROUTEDVLM_SERVE_MIN_NEW_TOKENS": "4", "ROUTEDVLM_SERVE_MAX_DIRECT_TOKENS": "6",
@@ -103,9 +105,9 @@ def test_feedback_sent_to_the_wrong_replica_names_the_one_that_keeps_the_audit(r
 
     rid = _ask(replicas["serve-a"], images["square"], QUESTIONS[0]).headers["x-routedvlm-request-id"]
     resp = httpx.post(f"{replicas['serve-b']}/v1/audit/feedback", json={"request_id": rid, "answer": "red"},
-                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+                      headers={"Authorization": f"Bearer {FEEDBACK_KEY}"}, timeout=30)
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "other_replica"
     assert resp.json()["error"]["message"].startswith(f"Request '{rid}' was answered by replica 'serve-a'")
     resp = httpx.post(f"{replicas['serve-a']}/v1/audit/feedback", json={"request_id": rid, "answer": "red"},
-                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+                      headers={"Authorization": f"Bearer {FEEDBACK_KEY}"}, timeout=30)
     assert resp.json()["error"]["code"] == "audit_off"  # the right replica: here it does not audit at all

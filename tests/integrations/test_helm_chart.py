@@ -119,13 +119,15 @@ def test_service_monitor_scrapes_every_serve_pod():
 
 def test_audit_log_one_file_per_replica_and_router_from_a_volume():
     objs = objects({"models": MODELS, "audit": {"rate": 0.05, "volume": {"persistentVolumeClaim": {"claimName": "a"}}},
-                    "router": {"volume": {"persistentVolumeClaim": {"claimName": "r"}}}})
+                    "router": {"volume": {"persistentVolumeClaim": {"claimName": "r"}}},
+                    "feedbackKey": {"existingSecret": "gold"}})
     c, spec = container(objs), objs[("Deployment", "rv-routedvlm")]["spec"]["template"]["spec"]
     env = env_of(c)
     names = [e["name"] for e in c["env"]]
     assert names.index("ROUTEDVLM_REPLICA_ID") < names.index("ROUTEDVLM_SERVE_AUDIT_LOG")  # $(…) needs it first
     assert env["ROUTEDVLM_SERVE_AUDIT_LOG"] == "/var/lib/routedvlm/audit/$(ROUTEDVLM_REPLICA_ID).parquet"
     assert env["ROUTEDVLM_ROUTER"] == "/var/lib/routedvlm/router"
+    assert env["ROUTEDVLM_FEEDBACK_KEY"] == {"secretKeyRef": {"name": "gold", "key": "feedback-key"}}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["router"]["readOnly"] and mounts["audit"]["mountPath"] == "/var/lib/routedvlm/audit"
     assert {v["name"]: v for v in spec["volumes"]}["audit"]["persistentVolumeClaim"] == {"claimName": "a"}

@@ -82,21 +82,27 @@ class LightGBMRouter(Router):
         return pd.DataFrame(out, index=features.index, columns=self.policy.strategies)
 
     def _proba_row(self, row: dict) -> dict[str, float]:
-        try:
-            values = [float(_num(row[f])) for f in self.policy.features]
-        except (TypeError, ValueError) as exc:
-            raise RouterError(f"Features must be numeric (NaN allowed): {exc}") from None
         if self._fast is not None:  # one C call per booster (router/lightgbm/fast.py)
-            out = dict(zip(self._modelled, self._fast.predict(values)))
+            try:
+                probs = self._fast.predict([row[f] for f in self.policy.features])  # ints and floats as they are
+            except TypeError:  # None, numeric strings, numpy integers: converted one by one
+                probs = self._fast.predict(self._values(row))
+            out = dict(zip(self._modelled, probs))
             if len(out) == len(self.policy.strategies):
                 return out
             return {s: out[s] if s in out else self.constants[s] for s in self.policy.strategies}
-        x = np.array([values], dtype=np.float64)
+        x = np.array([self._values(row)], dtype=np.float64)
         out = {}
         for s in self.policy.strategies:
             b = self.boosters.get(s)
             out[s] = float(b.predict(x, num_threads=1)[0]) if b is not None else self.constants[s]
         return out
+
+    def _values(self, row: dict) -> list[float]:
+        try:
+            return [float(_num(row[f])) for f in self.policy.features]
+        except (TypeError, ValueError) as exc:
+            raise RouterError(f"Features must be numeric (NaN allowed): {exc}") from None
 
     def _save_files(self, directory: Path) -> None:
         files = {}

@@ -99,3 +99,16 @@ def test_tree_check_accepts_real_models_and_single_leaf_trees(lgbm_router, featu
                            lightgbm.Dataset(x, (x[:, 1] > 0.5).astype(int)), num_boost_round=3)
     text = stump.model_to_string()
     assert re.search(r"^num_leaves=1$", text, re.M) and tree_problem(text) is None
+
+
+def test_fast_path_reads_every_numeric_spelling_like_booster_predict(lgbm_router, feature_table, monkeypatch):
+    row = feature_table.iloc[3].to_dict()
+    f0, f1, f2 = lgbm_router.policy.features
+    spellings = [{**row, f0: None}, {**row, f0: np.int64(12)}, {**row, f1: "0.8"}, {**row, f2: True},
+                 {**row, f0: np.float32(7.5)}, {**row, f1: float("nan")}]
+    monkeypatch.setitem(fast._API, "fns", None)
+    slow = LightGBMRouter(lgbm_router.policy, lgbm_router.boosters)
+    for r in spellings:
+        assert lgbm_router._proba_row(r) == slow._proba_row(r), r
+    with pytest.raises(RouterError, match="^Features must be numeric"):
+        lgbm_router._proba_row({**row, f0: "many"})

@@ -4,7 +4,8 @@ Each feature is one function registered under its column name; `<stages>` says w
 must have run (`prompt` = free). On a ladder every model's direct answer has the same features as small's and
 large's (`feat__<m>_direct__...`) and every two models an agreement feature (`register_ladder`). `compute_features(question, images, stages)` returns every feature whose
 stages are available. Stage outputs are any objects (or dicts) with `answer`, `token_logprobs` and
-`first_token_entropy`; image statistics use a 64-px thumbnail so they cost well under a millisecond.
+`first_token_entropy`; the image features read one 64-px thumbnail per image, whose statistics are computed together
+once (`image_stats`), so every prompt feature of a request costs about 0.1 ms. No pandas here.
 """
 from __future__ import annotations
 
@@ -56,12 +57,17 @@ class FeatureContext:
             out.append(np.asarray(t, dtype=np.float32) / 255.0)
         return out
 
+    @cached_property
+    def image_stats(self) -> list[dict]:
+        """Per image, the statistics of its thumbnail (`image_stats`), computed once for every image feature."""
+        return [image_stats(a) for a in self.thumbs]
+
     def stage(self, name: str):
         return self.stages[name]
 
 
-def _mean_over_images(ctx: FeatureContext, fn) -> float:
-    vals = [fn(a) for a in ctx.thumbs]
+def _mean_over_images(ctx: FeatureContext, stat: str) -> float:
+    vals = [stats[stat] for stats in ctx.image_stats]
     return float(sum(vals) / len(vals)) if vals else 0.0
 
 
@@ -114,39 +120,38 @@ def _aspect(ctx):
 
 @feature("feat__prompt__image_gray_std")
 def _gray_std(ctx):
-    return _mean_over_images(ctx, lambda a: a.mean(axis=2).std())
+    return _mean_over_images(ctx, "gray_std")
 
 
 @feature("feat__prompt__image_edge_density")
 def _edges(ctx):
-    def density(a):
-        g = a.mean(axis=2)
-        if min(g.shape) < 2:
-            return 0.0
-        return (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
-
-    return _mean_over_images(ctx, density)
+    return _mean_over_images(ctx, "edge_density")
 
 
 @feature("feat__prompt__image_colorfulness")
 def _colorfulness(ctx):
-    def hasler(a):  # Hasler & Suesstrunk (2003)
-        rg = a[..., 0] - a[..., 1]
-        yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]
-        return math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean())
-
-    return _mean_over_images(ctx, hasler)
+    return _mean_over_images(ctx, "colorfulness")
 
 
 @feature("feat__prompt__image_distinct_colors")
 def _distinct_colors(ctx):
+    return _mean_over_images(ctx, "distinct_colors")
+
+
+def image_stats(a) -> dict:
+    """The image features' statistics of one RGB thumbnail `a` (float32, H x W x 3, in [0, 1]), computed together so
+    that the gray image and the colour channels are read once."""
     import numpy as np
 
-    def distinct(a):
-        q = (a * 7.999).astype(np.int32)
-        return float(len(np.unique(q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2])))
-
-    return _mean_over_images(ctx, distinct)
+    g = a.mean(axis=2)
+    edges = 0.0 if min(g.shape) < 2 else (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
+    rg = a[..., 0] - a[..., 1]
+    yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]  # Hasler & Suesstrunk (2003) colourfulness
+    q = (a * 7.999).astype(np.int32)  # 8 levels per channel: 512 colour cells, counted (what np.unique would count)
+    cells = np.bincount((q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2]).ravel(), minlength=512)
+    return {"gray_std": g.std(), "edge_density": edges,
+            "colorfulness": math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean()),
+            "distinct_colors": float(np.count_nonzero(cells))}
 
 
 # ---- stage features: one set per answering stage ----

@@ -140,18 +140,41 @@ def _distinct_colors(ctx):
 
 def image_stats(a) -> dict:
     """The image features' statistics of one RGB thumbnail `a` (float32, H x W x 3, in [0, 1]), computed together so
-    that the gray image and the colour channels are read once."""
+    that the gray image and the colour channels are read once (and with numpy's mean/std operations called directly:
+    the same operations in the same order as `np.mean`/`np.std`, so the same bits, without their Python wrappers)."""
     import numpy as np
 
     g = a.mean(axis=2)
-    edges = 0.0 if min(g.shape) < 2 else (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
+    edges = 0.0 if min(g.shape) < 2 else (_mean(abs(g[1:, :] - g[:-1, :])) + _mean(abs(g[:, 1:] - g[:, :-1]))) / 2
     rg = a[..., 0] - a[..., 1]
     yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]  # Hasler & Suesstrunk (2003) colourfulness
     q = (a * 7.999).astype(np.int32)  # 8 levels per channel: 512 colour cells, counted (what np.unique would count)
     cells = np.bincount((q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2]).ravel(), minlength=512)
-    return {"gray_std": g.std(), "edge_density": edges,
-            "colorfulness": math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean()),
+    return {"gray_std": _std(g), "edge_density": edges,
+            "colorfulness": math.hypot(_std(rg), _std(yb)) + 0.3 * math.hypot(_mean(rg), _mean(yb)),
             "distinct_colors": float(np.count_nonzero(cells))}
+
+
+def _mean(x):
+    """`np.mean(x)` of a float32 array: the sum, divided by the count as numpy's `_methods._mean` does."""
+    import numpy as np
+
+    s = np.add.reduce(x, axis=None)
+    return s.dtype.type(s / np.intp(x.size))
+
+
+def _std(x):
+    """`np.std(x)` of a float32 array, step by step as numpy's `_methods._var` and `_std` do."""
+    import numpy as np
+
+    n = np.intp(x.size)
+    m = np.add.reduce(x, axis=None, keepdims=True)
+    np.true_divide(m, n, out=m, casting="unsafe")
+    d = np.subtract(x, m)
+    np.square(d, out=d)
+    s = np.add.reduce(d, axis=None)
+    v = s.dtype.type(s / n)
+    return v.dtype.type(np.sqrt(v))
 
 
 # ---- stage features: one set per answering stage ----
@@ -227,6 +250,7 @@ def compute_features(
 ) -> dict[str, float]:
     """Features for one sample: all whose stages are in `stages` (or exactly `names`)."""
     ctx = FeatureContext(question=question, images=list(images), stages=dict(stages or {}))
-    _register_for(tuple(ctx.stages), names or ())
+    if names is None or not all(n in FEATURES for n in names):  # a request's names are registered after its first
+        _register_for(tuple(ctx.stages), names or ())
     wanted = list(names) if names is not None else feature_names(tuple(ctx.stages))
     return {name: FEATURES[name](ctx) for name in wanted}

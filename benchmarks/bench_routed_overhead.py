@@ -130,7 +130,7 @@ class Replay:
         pipe.run_strategy, pipe.escalate = self.run_req, self.escalate
 
     def run_req(self, req, strat):
-        key = ("run", req.question, strat.id, req.image.tobytes())
+        key = ("run", req.question, strat.id, id(req.image))  # the requests' images live as long as the cache
         if key not in self.cache:
             self.cache[key] = self._run(req, strat)
         return self.cache[key]

@@ -141,7 +141,11 @@ class VLM(ModelSide):
 
     @property
     def device(self):
-        return next(self.model.parameters()).device
+        """The device of the weights (read from the first parameter, kept: `model.to()` moves it in place)."""
+        first = getattr(self, "_first_parameter", None)
+        if first is None:
+            first = self._first_parameter = next(self.model.parameters())
+        return first.device
 
     @property
     def placement(self) -> tuple:

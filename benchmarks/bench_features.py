@@ -21,8 +21,14 @@ def before(question, images, names):
     ctx = FeatureContext(question=question, images=list(images))
     out = {n: FEATURES[n](ctx) for n in names if "image_" not in n or n.endswith(("count", "megapixels", "aspect"))}
 
+    thumbs = []
+    for im in images:  # the thumbnails as they were made
+        t = im.convert("RGB")
+        t.thumbnail((64, 64))
+        thumbs.append(np.asarray(t, dtype=np.float32) / 255.0)
+
     def mean(fn):
-        vals = [fn(a) for a in ctx.thumbs]
+        vals = [fn(a) for a in thumbs]
         return float(sum(vals) / len(vals)) if vals else 0.0
 
     def edges(a):

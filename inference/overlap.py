@@ -24,7 +24,7 @@ from .stages import finish_answer
 
 def can_overlap(pipe) -> bool:
     """Every side takes concurrent calls and none keeps an in-process prompt cache (the overlapped order)."""
-    return all(not side.stateful and side.prompt_cache("probe") is None for side in pipe.sides.values())
+    return all(not side.stateful and not side.shares_prefixes for side in pipe.sides.values())
 
 
 class OverlappedRun(SharedRun):

@@ -16,7 +16,7 @@ from routedvlm.router.strategies import (DEFAULT_K_GRID, LARGE, LARGE_DIRECT, al
                                          ladder_strategies, parse_k_grid, parse_strategy, transfer_id)
 
 from .inputs import check_keep_tokens, make_request
-from .pipeline_parts import Handoff, PipelineConfig, Result, ladder_sides
+from .pipeline_parts import Handoff, PipelineConfig, Result, close_sides, ladder_sides, start_sides
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
 from .stages import finish_answer, record
 from .streaming import answer_segment
@@ -63,6 +63,14 @@ class CollaborativePipeline:
     def large(self):
         """The most expensive side."""
         return self.sides[self.aliases[-1]]
+
+    def start(self) -> None:
+        """Start every model (`ModelSide.start`, reasoners included): an engine is built now, not on a first call."""
+        start_sides(self.sides)
+
+    def close(self) -> None:
+        """Close every model (`ModelSide.close`, reasoners included): engines and their processes end now."""
+        close_sides(self.sides)
 
     @property
     def concurrent(self) -> bool:

@@ -128,6 +128,35 @@ def ladder_sides(small=None, large=None, sides=None) -> dict:
     return dict(zip(ladder_aliases(len(loaded)), loaded))
 
 
+def every_model(sides) -> list:
+    """Every distinct side object of a ladder's `sides` (alias -> side), cheapest first, and each one's reasoner: what
+    a lifecycle call must reach (one object two rungs share counts once)."""
+    out = []
+    for side in sides.values():
+        for model in (side, getattr(side, "reasoner", None)):
+            if model is not None and all(model is not seen for seen in out):
+                out.append(model)
+    return out
+
+
+def start_sides(sides) -> None:
+    """`start()` every model of `sides` (`every_model`), cheapest first: a side that cannot start fails now."""
+    for model in every_model(sides):
+        model.start()
+
+
+def close_sides(sides) -> None:
+    """`close()` every model of `sides`, the most expensive first; every one is tried, the first failure re-raised."""
+    failure = None
+    for model in reversed(every_model(sides)):
+        try:
+            model.close()
+        except Exception as exc:  # noqa: BLE001 - the others are still closed
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
 def parallel_sides(jobs: dict, sides: dict, concurrent: bool) -> dict:
     """Run named jobs {name: (alias, zero-argument callable)}: one after another unless `concurrent`; then the jobs of
     the sides on one device run in order in one thread, the devices in parallel (a pair: `parallel`)."""

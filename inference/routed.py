@@ -226,6 +226,25 @@ class RoutedVLM:
                  "models": {alias: side.name for alias, side in pipeline_sides(self.pipeline).items()}}
         return state if self.auditor is None else {**state, "audit": self.audit_status()}
 
+    def start(self) -> None:
+        """Start every model of the ladder now (`ModelSide.start`: an engine side builds its engine), not on the
+        first request."""
+        self.pipeline.start()
+
+    def close(self) -> None:
+        """Stop the shadow auditor (after the audits queued) and close every model (`ModelSide.close`: engine
+        processes end now). `with RoutedVLM.from_pretrained(...) as routed:` starts and closes them."""
+        if self.auditor is not None:
+            self.auditor.close()
+        self.pipeline.close()
+
+    def __enter__(self) -> "RoutedVLM":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         models = ", ".join(f"{alias}={side.name!r}" for alias, side in pipeline_sides(self.pipeline).items())
         return f"RoutedVLM({models}, router={self.active_router!r}, fallback={self.fallback.policy.router_type!r})"

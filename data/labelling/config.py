@@ -19,21 +19,13 @@ LADDER_SETTINGS = ("models", "reasoners", "transfer_pairs", "reason_models", "co
 REMOTE_CONCURRENCY = 32  # default samples in flight when every side is a server or an in-process engine
 
 
-def both_remote(cfg) -> bool:
-    """Every side is a server (`<base_url>#<model id>`): nothing of the pipeline runs in this process."""
-    from routedvlm.inference.backends.remote import is_remote
+def every_side(cfg, capability: str) -> bool:
+    """Whether every model of the run has `capability`, as the spec table declares it for its kind
+    (`inference/sides/kinds.py`): "batching" (servers, in-process engines: samples may share their batches),
+    "remote" (nothing of the pipeline runs in this process), "stateful", ..."""
+    from routedvlm.inference.sides.kinds import every_side as every
 
-    return all(is_remote(spec) for spec in cfg.ladder_specs().values())
-
-
-def both_engine(cfg) -> bool:
-    """Every side is an in-process engine ('vllm:<folder>', `sides/vllm_engine.py`): they batch concurrent calls."""
-    return all(isinstance(spec, str) and spec.startswith("vllm:") for spec in cfg.ladder_specs().values())
-
-
-def both_batching(cfg) -> bool:
-    """Every side takes many requests at once (servers or in-process engines): samples may share their batches."""
-    return both_remote(cfg) or both_engine(cfg)
+    return every(cfg.ladder_specs().values(), capability)
 
 
 def requests_in_flight(cfg, remote: bool) -> int | None:
@@ -123,10 +115,12 @@ class LabelConfig:
             value = getattr(self, name)
             if not isinstance(value, (str, Path)) or not str(value).strip():
                 raise ConfigError(f"The `{name}` setting is required (a path or id). Got {value!r} instead.")
-        from routedvlm.inference.backends.remote import parse_remote
+        from routedvlm.inference.sides.kinds import check_spec
 
-        for spec in (*self.ladder_specs().values(), *self.ladder_reasoners().values()):
-            parse_remote(spec)  # a URL without '#<model id>' is refused here, before anything runs
+        for alias, spec in self.ladder_specs().items():  # a URL without '#<model id>', or a kind whose package is not
+            check_spec(spec, f"`{alias}` model")  # installed (vLLM), is refused here, before anything runs
+        for alias, spec in self.ladder_reasoners().items():
+            check_spec(spec, f"`{alias}` reasoner")
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:
@@ -148,7 +142,7 @@ class LabelConfig:
 
     def _check_scale(self) -> None:
         if self.concurrency is None:
-            self.concurrency = REMOTE_CONCURRENCY if both_batching(self) else 1
+            self.concurrency = REMOTE_CONCURRENCY if every_side(self, "batching") else 1
         if isinstance(self.concurrency, bool) or int(self.concurrency) <= 0:
             raise ConfigError(f"The `concurrency` setting must be a positive integer. Got {self.concurrency!r} instead.")
         if self.num_workers is not None and int(self.num_workers) <= 0:

@@ -47,9 +47,9 @@ def grid_counts(strategies) -> dict:
 
 
 def _remote_aliases(cfg) -> tuple:
-    from routedvlm.inference.backends.remote import is_remote
+    from routedvlm.inference.sides.kinds import side_kind
 
-    return tuple(a for a, spec in cfg.ladder_specs().items() if is_remote(spec))
+    return tuple(a for a, spec in cfg.ladder_specs().items() if side_kind(spec).remote)
 
 
 def describe_grid(cfg) -> str:
@@ -92,7 +92,7 @@ def model_ms(results, stage_ms=None) -> float:
 def estimate_run(cfg) -> str:
     """Label the first selected sample once (nothing is stored) and scale its wall time (and, with --cost, its model
     time priced by the profile) to the run."""
-    from .config import both_remote
+    from .config import every_side
     from .per_sample import _image, load_pipeline, open_source, stage_cost
 
     _, keyed, load = open_source(cfg)
@@ -101,13 +101,17 @@ def estimate_run(cfg) -> str:
         return "estimate: no sample is selected (check --limit, --shard and the data set); nothing to label"
     t0 = time.perf_counter()
     pipe, _ = load_pipeline(cfg)
-    load_s = time.perf_counter() - t0
-    position, sample_id = mine[0]
-    sample = load(position, sample_id)
-    t0 = time.perf_counter()
-    results = pipe.run_many(_image(sample), sample.prompt, list(cfg.strategies))
-    sample_s = time.perf_counter() - t0
-    parallel = int(cfg.concurrency) if both_remote(cfg) else 1
+    try:
+        pipe.start()
+        load_s = time.perf_counter() - t0
+        position, sample_id = mine[0]
+        sample = load(position, sample_id)
+        t0 = time.perf_counter()
+        results = pipe.run_many(_image(sample), sample.prompt, list(cfg.strategies))
+        sample_s = time.perf_counter() - t0
+    finally:
+        pipe.close()
+    parallel = int(cfg.concurrency) if every_side(cfg, "remote") else 1
     workers = " (divide by the Ray workers)" if cfg.ray else ""
     total = sample_s * len(mine) / parallel
     text = (f"estimate: loading the models took {load_s:.1f} s; one sample ({sample_id}) took {sample_s:.2f} s "

@@ -12,7 +12,7 @@ import time
 
 from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
-from .config import LabelConfig, both_batching
+from .config import LabelConfig, every_side
 from .parts import PartStore, is_outage
 from .per_sample import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
 from .table import build_table, scorers_of
@@ -122,7 +122,7 @@ def _open_run(cfg: LabelConfig, store: PartStore, settings: dict):
     if manifest is None and store.part_files():
         raise LabelsError(f"{store.dir} holds parts but no manifest.json; remove the folder to start over.")
     store.check_settings(settings, manifest and manifest.get("settings"), str(store.dir))
-    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, both_batching(cfg)))
+    stage_ms, cost_meta = stage_cost(cfg, latency_source(cfg, every_side(cfg, "batching")))
     if cost_meta["latency_source"] == BATCHED:
         log.warning("several samples in flight on the servers or engines: latency_ms__ columns will be batched "
                     "times (metadata latency_source %r), not standalone latencies; for standalone ones pass --cost "
@@ -144,9 +144,19 @@ def _label_missing(cfg, store, settings, metadata, source, todo, load, stage_ms,
                 metadata = ray_run.metadata(source, cost_meta)
                 store.write_manifest(settings, metadata)
             return metadata, ray_run.label(store, todo)
+    if pipe is not None:  # the caller's pipeline: the caller starts and closes it
+        return _label_with(pipe, cfg.device, cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+    pipe, device = load_pipeline(cfg)
+    try:
+        pipe.start()  # every side of the ladder (an engine side builds its engine now, before the first sample)
+        return _label_with(pipe, device, cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta)
+    finally:
+        pipe.close()
+
+
+def _label_with(pipe, device, cfg, store, settings, metadata, source, todo, load, stage_ms, cost_meta):
     from .runner import label_todo
 
-    pipe, device = load_pipeline(cfg) if pipe is None else (pipe, cfg.device)
     if metadata is None:
         metadata = build_metadata(cfg, pipe, device, source, cost_meta)
         store.write_manifest(settings, metadata)

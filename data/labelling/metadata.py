@@ -84,9 +84,9 @@ def side_info(vlm) -> dict:
 def scale_info(cfg) -> dict:
     """How a run spreads its samples: `concurrency`, `requests_in_flight` (per model; 1 = standalone wall times),
     `runner` ('serial', 'threads' or 'ray') and, for Ray, its address, workers and GPUs per worker."""
-    from .config import both_batching, requests_in_flight
+    from .config import every_side, requests_in_flight
 
-    info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, both_batching(cfg)),
+    info = {"concurrency": int(cfg.concurrency), "requests_in_flight": requests_in_flight(cfg, every_side(cfg, "batching")),
             "runner": "ray" if cfg.ray else "threads" if int(cfg.concurrency) > 1 else "serial"}
     if cfg.ray:
         info["ray"] = {"address": cfg.ray_address, "num_workers": cfg.num_workers,

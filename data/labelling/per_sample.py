@@ -181,10 +181,10 @@ def load_pipeline(cfg: LabelConfig):
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.sides.local import resolve_device, set_threads
 
-    from .config import both_remote
+    from .config import every_side
 
     set_threads(cfg.threads)
-    device = "remote" if both_remote(cfg) else resolve_device(cfg.device)
+    device = "remote" if every_side(cfg, "remote") else resolve_device(cfg.device)
     reasoners, loaded = cfg.ladder_reasoners(), {}
     sides = []
     for alias, spec in cfg.ladder_specs().items():

@@ -50,7 +50,9 @@ class LabelWorker:
         if self.cfg.device in ("auto", "cpu") and not _gpu_ids():
             _cpu_threads()
         self.pipe, self.device = load_pipeline(self.cfg)
-        _start_engines(self.pipe)  # an engine side builds its engine now, once per worker, not inside the first unit
+        # every side of the ladder starts now (an engine side builds its engine once per worker, not inside the first
+        # unit): a worker that cannot start its sides fails in its creation task, before it is handed any unit
+        self.pipe.start()
         self.source, _, self.load = open_source(self.cfg)
         self.stage_ms, _ = stage_cost(self.cfg, "unused")
 
@@ -71,24 +73,8 @@ class LabelWorker:
         return label_unit(self.pipe, self.cfg, unit, self.load, self.stage_ms)
 
     def close(self) -> None:
-        """Stop the engines this worker started (their processes end with them)."""
-        for side in _sides(self.pipe):
-            close = getattr(side, "close", None)
-            if callable(close):
-                close()
-
-
-def _sides(pipe) -> list:
-    sides = [pipe.small, pipe.large]
-    return sides + [s.reasoner for s in sides if getattr(s, "reasoner", None) is not None]
-
-
-def _start_engines(pipe) -> None:
-    """Build every engine side's engine (`VLLMEngine.driver` is built on first use): a worker that cannot load its
-    engines fails in its creation task, before it is handed any unit."""
-    for side in _sides(pipe):
-        if not side.stateful and hasattr(type(side), "driver"):
-            side.driver  # noqa: B018 - the property builds the engine
+        """Close every side of the ladder this worker started (engine processes end with them)."""
+        self.pipe.close()
 
 
 def _worker_env() -> dict:
@@ -267,9 +253,9 @@ class RayLabeller:
 def units_in_flight(cfg) -> int:
     """Units a worker holds at once: 1 when a side serves one sample at a time (a local model), else enough units of
     `flush_every` samples to keep `--concurrency` samples in flight on its engines or servers."""
-    from .config import both_batching
+    from .config import every_side
 
-    if not both_batching(cfg):
+    if not every_side(cfg, "batching"):
         return 1
     return max(1, math.ceil(int(cfg.concurrency) / int(cfg.flush_every)))
 

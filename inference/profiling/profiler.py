@@ -120,12 +120,13 @@ def model_entry(vlm, path: str, settings: ProfileSettings, progress=None) -> dic
 def _names(paths: list, shapes: list = ()) -> list:
     """Display names: folder basename, hub id or a server model's id (then shape names), made unique with a #2, #3
     suffix."""
-    from .remote import is_remote, parse_remote
+    from ..sides.kinds import side_kind
+    from .remote import parse_remote
     from .shapes import resolve_shape
 
     def base(p):
         p = str(p).rstrip("/")
-        return parse_remote(p)[1] if is_remote(p) else os.path.basename(p) if os.path.isdir(p) else p
+        return parse_remote(p)[1] if side_kind(p).remote else os.path.basename(p) if os.path.isdir(p) else p
 
     out = []
     for name in [base(p) for p in paths] + [resolve_shape(s)[0] for s in shapes]:
@@ -194,10 +195,11 @@ def run_profile(models: list, settings: ProfileSettings, show_progress: bool = T
     """
     from tqdm.auto import tqdm
 
-    from .remote import is_remote, remote_entry
+    from ..sides.kinds import side_kind
+    from .remote import remote_entry
     from .shapes import check_shape_memory
 
-    specs = [("remote" if is_remote(str(m)) else "model", m) for m in models] + [("shape", s) for s in shapes]
+    specs = [("remote" if side_kind(str(m)).remote else "model", m) for m in models] + [("shape", s) for s in shapes]
     local = any(kind != "remote" for kind, _ in specs)
     if local:
         check_device(settings.device)

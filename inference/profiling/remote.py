@@ -16,12 +16,6 @@ import time
 _FILLER = "Look at the chart and tell me which bar is the tallest, how tall it is, and why. "
 
 
-def is_remote(spec) -> bool:
-    from ..backends.remote import is_remote as remote
-
-    return remote(spec)
-
-
 def parse_remote(spec: str) -> tuple[str, str]:
     """'<base_url>#<model id>' -> (base_url, model id) (`backends.remote.parse_remote`)."""
     from ..backends.remote import parse_remote as parse

@@ -45,7 +45,13 @@ class Serving:
 
     def __init__(self, routed=None, loader=None, on_error=None):
         self.routed, self.loader, self.on_error, self.error = routed, loader, on_error, None
-        self._pattern = None
+        self._pattern, self._loaded = None, False
+
+    def close(self) -> None:
+        """Close what this server loaded (`RoutedVLM.close`: its models' engines); a RoutedVLM given to `create_app`
+        stays its owner's to close."""
+        if self._loaded and self.routed is not None:
+            self.routed.close()
 
     @property
     def pattern(self):
@@ -60,7 +66,9 @@ class Serving:
 
     def _load(self) -> None:
         try:
-            self.routed = self.loader()
+            routed = self.loader()
+            routed.start()  # engines are built before GET /ready answers 200, not inside the first request
+            self.routed, self._loaded = routed, True
         except BaseException as exc:  # noqa: BLE001 - reported by /health and by serve's exit status
             self.error = exc
             logger.error("loading the models or the router failed: %s: %s", type(exc).__name__, exc)
@@ -109,6 +117,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         serving.start()
         yield
         deadlines.stop()  # whatever still runs (serve stops the model calls earlier: guards.graceful_server)
+        serving.close()
 
     app = FastAPI(title="routedvlm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines

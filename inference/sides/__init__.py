@@ -3,8 +3,8 @@ process), `OpenAIVLM` (a model behind an OpenAI-compatible server) and `VLLMEngi
 spec 'vllm:<checkpoint folder>'); files in docs/layout.md.
 
 `load_side(spec)` turns what users write (a path, a hub id, '<base_url>#<model id>', 'vllm:<folder>', or a side
-object) into a side; `load_sides(specs)` a list of them, cheapest first, into a ladder's sides; a new implementation
-adds its module here and one entry in `load_side`.
+object) into a side; `load_sides(specs)` a list of them, cheapest first, into a ladder's sides. Which kind a spec
+names, and what that kind declares, is the spec table (`sides/kinds.py`): a new kind is its module plus one line there.
 """
 from __future__ import annotations
 
@@ -23,18 +23,9 @@ def load_side(spec, *, reasoner=None, **local_kwargs) -> ModelSide:
     reasoner=reasoner, **local_kwargs)`: `device`, `dtype`, ...)."""
     if not isinstance(spec, (str, os.PathLike)):
         return spec
-    from ..backends.remote import connect, is_remote
+    from .kinds import load_spec
 
-    text = str(spec)
-    if is_remote(text):
-        return connect(text, reasoner=reasoner)
-    if text.startswith("vllm:"):
-        from .vllm_engine import VLLMEngine
-
-        return VLLMEngine.from_spec(text, reasoner=reasoner)
-    from .local import VLM
-
-    return VLM.from_pretrained(text, reasoner=reasoner, **local_kwargs)
+    return load_spec(str(spec), reasoner=reasoner, **local_kwargs)
 
 
 def load_sides(specs, **local_kwargs) -> list[ModelSide]:

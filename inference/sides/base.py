@@ -31,9 +31,15 @@ class ModelSide(abc.ABC):
     reasoning mode, or None), `prompts` (PromptConfig), `reason_prompt` (whether a side without a thinking mode may
     reason from a prompt)."""
 
+    #: the spec table's kind of this side (`sides/kinds.py`: "local", "http", "vllm"); its declared capabilities are
+    #: the defaults of the flags below
+    kind: str = "local"
     #: holds per-call model state (KV caches, rope offsets, a tokenizer that is not thread-safe): calls to it must
     #: be serialised (RoutedVLM's lock, the labeller's one-sample-at-a-time), and measured latencies are standalone.
     stateful: bool = True
+    #: shares prefixes in this process: `prompt_cache` returns a per-sample cache (a local model's KV cache), so a
+    #: sample's calls must follow one another (no overlapped calls)
+    shares_prefixes: bool = False
     #: can capture decoder hidden states during its calls (the self-probe router needs them).
     returns_hidden_states: bool = False
     #: in a measured run (the labeller), also time one-stage transfers cold (read by HTTP sides, whose server may
@@ -43,6 +49,15 @@ class ModelSide(abc.ABC):
     #: (no cold repeats, and no seed of a two-stage measurement's cache namespace where the side can count from token
     #: ids what an escalation reuses: `backends/engine_prompt.py`).
     priced: bool = False
+
+    # ----- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Acquire what the side's calls need (an engine, its processes) now rather than on the first call, so that a
+        side that cannot start fails before any work is handed to it. Default: nothing to start. Idempotent."""
+
+    def close(self) -> None:
+        """Release what `start` (or the first call) acquired: engine processes, GPU memory, threads. Default: nothing
+        to release. Idempotent; a later call may start the side again."""
 
     # ----- identity and modes (shared) --------------------------------------------------------------------------
     @property
@@ -172,7 +187,8 @@ class ModelSide(abc.ABC):
 
     # ----- sharing work within one sample --------------------------------------------------------------------------
     def prompt_cache(self, side: str):
-        """A per-sample `PromptCache` for `run_many`, or None when the side cannot share prefixes in-process."""
+        """A per-sample `PromptCache` for `run_many`, or None when the side cannot share prefixes in-process (a side
+        that returns one declares `shares_prefixes`)."""
         return None
 
     def start_sample(self, request) -> None:

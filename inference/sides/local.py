@@ -62,7 +62,9 @@ class VLM(ModelSide):
     Stateful (one call at a time); returns hidden states (see hidden.py).
     """
 
+    kind = "local"
     stateful = True
+    shares_prefixes = True
     returns_hidden_states = True
     loaded_on: str | None = None  # the device name `from_pretrained` was given (resolved), as the metadata records it
 
@@ -305,3 +307,8 @@ class VLM(ModelSide):
 
     def hit_limit(self, gen, budget: int) -> bool:
         return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())
+
+
+def load(name_or_path, *, reasoner=None, **kwargs) -> VLM:
+    """The spec table's loader: `VLM.from_pretrained(name_or_path, reasoner=reasoner, **kwargs)`."""
+    return VLM.from_pretrained(str(name_or_path), reasoner=reasoner, **kwargs)

@@ -56,6 +56,7 @@ class OpenAIVLM(ModelSide):
     measure_cold: in a measured run (the labeller), also time each one-stage transfer cold (`remote_prompt.py`).
     Not stateful: the server takes concurrent requests and keeps no state of ours between them."""
 
+    kind = "http"
     stateful = False
     returns_hidden_states = False
 
@@ -255,6 +256,20 @@ def measurement_salt(request, stage: str) -> str | None:
     if base is None:
         return None
     return base if shares_prefix(stage) else f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+def load(spec: str, *, reasoner=None, **_local) -> OpenAIVLM:
+    """The spec table's loader: the OpenAIVLM of '<base_url>#<model id>' (API key from $ROUTEDVLM_BACKEND_API_KEY);
+    `reasoner`: another such spec (its own server) or a model id on the same server, serving the reasoning mode (a
+    thinking-only model). Settings for local models (`device`, `dtype`, ...) do not apply to a served model."""
+    from ..backends.remote import API_KEY_ENV, parse_remote
+
+    url, model = parse_remote(spec)
+    key = os.environ.get(API_KEY_ENV)
+    if parse_remote(reasoner if isinstance(reasoner, str) else None) is not None:
+        r_url, r_model = parse_remote(reasoner)
+        reasoner = OpenAIVLM.connect(r_url, r_model, key, thinking="always")
+    return OpenAIVLM.connect(url, model, key, reasoner=reasoner)
 
 
 __all__ = ["OpenAIVLM", "clean_text", "measurement_salt", "remote_record"]

@@ -52,6 +52,7 @@ class VLLMEngine(ModelSide):
     use (once, whichever thread calls first).
     Not stateful: calls from several threads are batched by the engine. See the module docstring."""
 
+    kind = "vllm"
     stateful = False
     measure_cold = True
     require_prefix_cache = True
@@ -125,6 +126,10 @@ class VLLMEngine(ModelSide):
         llm = vllm.LLM(model=self.name, **kwargs)
         freeze_heap()
         return EngineDriver(llm, name=self.name)
+
+    def start(self) -> None:
+        """Build the engine now (once, whichever thread calls first), not inside the first call."""
+        self.driver  # noqa: B018 - the property builds the engine
 
     def close(self) -> None:
         """Stop the driver thread and release the engine (a later call starts a new one)."""
@@ -310,6 +315,12 @@ class VLLMEngine(ModelSide):
             return gen, self.clean_answer(gen.token_ids), None
         _, reasoning, answer = self.split_reasoning(gen.token_ids)
         return gen, answer, reasoning
+
+
+def load(path, *, reasoner=None, prompts=None, engine_args=None, **_local) -> VLLMEngine:
+    """The spec table's loader ('vllm:<folder>' without its prefix): `device`/`dtype` given for local models are the
+    engine's own settings here ($ROUTEDVLM_VLLM_ENGINE_ARGS, `engine_args`), so they are ignored."""
+    return VLLMEngine.from_spec(str(path), reasoner=reasoner, prompts=prompts, engine_args=engine_args)
 
 
 def _hidden_module():

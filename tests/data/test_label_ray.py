@@ -134,10 +134,14 @@ def test_label_help_imports_neither_torch_nor_ray():
     assert "--ray-address" in out.stdout and out.stdout.strip().endswith("False False")
 
 
-def test_workers_hold_one_unit_on_local_models_and_enough_units_for_concurrency_on_batching_sides():
+def test_workers_hold_one_unit_on_local_models_and_enough_units_for_concurrency_on_batching_sides(monkeypatch):
     """Local models serve one sample at a time: one unit per worker (a kill loses at most it); engines and servers
     batch: units of --flush-every samples until --concurrency samples are in flight per worker."""
+    import types
+
     from routedvlm.data.labelling.config import LabelConfig
+
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))  # 'vllm:' specs are accepted where vLLM is
     from routedvlm.data.labelling.ray_pool import units_in_flight
 
     common = dict(dataset="d.parquet", out="o.parquet", ray=True)
@@ -146,3 +150,58 @@ def test_workers_hold_one_unit_on_local_models_and_enough_units_for_concurrency_
     assert engines.concurrency == 32 and units_in_flight(engines) == 4
     servers = LabelConfig(small="http://h:1/v1#s", large="http://h:2/v1#l", concurrency=10, flush_every=4, **common)
     assert units_in_flight(servers) == 3
+
+
+def _engine_like_side(events):
+    """A class of engine-like fake sides (not stateful, batching) that record their lifecycle as files in `events`
+    (`<worker pid>-<alias>-start` / `-close`); their stage methods are never called here."""
+    from routedvlm.inference.sides.base import ModelSide
+
+    def start(self):
+        (events / f"{os.getpid()}-{self.name}-start").touch()
+
+    def close(self):
+        (events / f"{os.getpid()}-{self.name}-close").touch()
+
+    def init(self, alias):
+        self.name, self.reasoner, self.style, self.reason_prompt = alias, None, "hybrid", True
+
+    stubs = {name: (lambda self, *a, **k: None) for name in ModelSide.__abstractmethods__}
+    return type("EngineLike", (ModelSide,), {**stubs, "__init__": init, "start": start, "close": close,
+                                             "kind": "vllm", "stateful": False})
+
+
+@pytest.mark.slow
+def test_every_side_of_a_three_engine_ladder_is_started_and_closed_by_each_ray_worker(world, cluster, tmp_path,
+                                                                                      monkeypatch):
+    """Regression: Ray workers started and closed only `[pipe.small, pipe.large]`, so on a three-engine ladder the
+    mid engine was neither built up front nor shut down. Each worker now starts every side of `pipe.sides` when it is
+    created and closes every one when the run ends."""
+    from routedvlm.data.labelling import ray_pool
+    from routedvlm.data.labelling.config import LabelConfig
+
+    events = tmp_path / "events"
+    events.mkdir()
+    side_class = _engine_like_side(events)
+
+    class LadderWorker(ray_pool.LabelWorker):  # shipped to the workers by value (a local class)
+        def __init__(self, cfg_fields):
+            from routedvlm.data.labelling import per_sample
+            from routedvlm.inference import CollaborativePipeline
+
+            per_sample.load_pipeline = lambda cfg: (CollaborativePipeline(sides=[side_class(a) for a in cfg.aliases]),
+                                                    "cpu")
+            super().__init__(cfg_fields)
+
+    monkeypatch.setattr(ray_pool, "LabelWorker", LadderWorker)
+    cfg = LabelConfig(models=(world.small, world.small, world.large), dataset=world.data,
+                      out=str(tmp_path / "labels.parquet"), ray=True, num_workers=2, device="cpu", progress=False)
+    with ray_pool.RayLabeller(cfg) as run:
+        assert len(run.workers) == 2
+        started = sorted(p.name for p in events.iterdir())
+    done = sorted(p.name for p in events.iterdir())
+    pids = sorted({name.split("-")[0] for name in done})
+    assert len(pids) == 2 and pids[0] != str(os.getpid())
+    assert started == sorted(f"{pid}-{alias}-start" for pid in pids for alias in ("small", "mid", "large"))
+    assert done == sorted(f"{pid}-{alias}-{what}" for pid in pids for alias in ("small", "mid", "large")
+                          for what in ("start", "close"))

@@ -64,8 +64,7 @@ def serial(toy_data, tmp_path_factory):
     try:
         run_labelling(cfg, pipe=pipe)
     finally:
-        for side in (pipe.small, pipe.large):
-            side.close()
+        pipe.close()
     return read_labels(out)[0]
 
 

@@ -291,6 +291,27 @@ def test_config_errors_name_the_setting():
     assert cfg.k_grid == (2, 8) and cfg.strategies == ("large_direct", "transfer_8", "transfer_2")
 
 
+def test_engine_sides_without_vllm_are_refused_up_front_and_nothing_is_written(world, tmp_path, monkeypatch, capsys):
+    """Regression: `--small vllm:... --large vllm:...` without vLLM installed loaded the sides and failed inside every
+    sample (an `error` row each); the spec table now refuses the spec when the settings are parsed, naming the install
+    step, before any model loads or any file is written."""
+    from routedvlm.training.cli import main
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # vLLM not installed (as in the normal suite's environment)
+    out = tmp_path / "run" / "labels.parquet"
+    argv = ["label", "--small", f"vllm:{world.small}", "--large", f"vllm:{world.large}", "--dataset", str(world.data),
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: The `small` model 'vllm:{world.small}' is an in-process vLLM engine")
+    assert "needs vllm: not installed in this environment. Install it (`make vllm-env`" in err
+    assert not out.parent.exists()
+    with pytest.raises(ConfigError, match=r"^The `large` reasoner 'vllm:r' is an in-process vLLM engine"):
+        from routedvlm.data.labelling.config import LabelConfig
+
+        LabelConfig(small=world.small, large=world.large, large_reasoner="vllm:r", dataset="d", out="o.parquet")
+
+
 def test_help_is_fast_and_imports_no_torch():
     code = ("import sys\nfrom routedvlm.training.cli import main\ntry:\n    main(['label', '--help'])\n"
             "except SystemExit:\n    pass\nprint('torch' in sys.modules)")

@@ -31,8 +31,13 @@ def sides(request, tiny_pair):
 
 
 def test_every_side_is_a_model_side_with_its_capabilities(sides):
+    from routedvlm.inference.sides.kinds import side_kind
+
     kind, (small, large), _ = sides
     assert isinstance(small, ModelSide) and isinstance(large, ModelSide)
+    declared = side_kind(small)  # what the spec table declares for the side's kind, the side itself does
+    assert declared.name == small.kind and small.stateful is declared.stateful
+    assert large.returns_hidden_states is declared.hidden_states and small.shares_prefixes is declared.stateful
     assert small.stateful is (kind == "local")  # an HTTP server keeps no state of ours between calls
     assert large.returns_hidden_states is (kind == "local")
     assert (small.prompt_cache("small") is not None) is (kind == "local")

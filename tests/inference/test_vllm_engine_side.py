@@ -173,17 +173,19 @@ def test_driver_batches_calls_from_many_threads_and_fails_only_a_bad_request():
         driver.submit("late", None)
 
 
-def test_labelling_on_engine_sides_keeps_many_samples_in_flight_and_says_latencies_are_batched(tmp_path):
-    from routedvlm.data.labelling.config import LabelConfig
+def test_labelling_on_engine_sides_keeps_many_samples_in_flight_and_says_latencies_are_batched(tmp_path, monkeypatch):
+    import types
+
+    from routedvlm.data.labelling.config import LabelConfig, every_side
     from routedvlm.data.labelling.metadata import scale_info
     from routedvlm.data.labelling.runner import BATCHED, WALL_CLOCK, latency_source
-    from routedvlm.data.labelling.config import both_batching
 
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))  # 'vllm:' specs are accepted where vLLM is
     cfg = LabelConfig(small="vllm:s", large="vllm:l", dataset="d", out=str(tmp_path / "o.parquet"))
-    assert cfg.concurrency == 32 and latency_source(cfg, both_batching(cfg)) == BATCHED
+    assert cfg.concurrency == 32 and latency_source(cfg, every_side(cfg, "batching")) == BATCHED
     assert scale_info(cfg)["requests_in_flight"] == 32
     one = LabelConfig(small="vllm:s", large="vllm:l", dataset="d", out=str(tmp_path / "o.parquet"), concurrency=1)
-    assert latency_source(one, both_batching(one)) == WALL_CLOCK
+    assert latency_source(one, every_side(one, "batching")) == WALL_CLOCK
     mixed = LabelConfig(small="vllm:s", large="some/folder", dataset="d", out=str(tmp_path / "o.parquet"))
     assert mixed.concurrency == 1  # a local side serves one sample at a time
 

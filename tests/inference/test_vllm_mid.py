@@ -11,7 +11,7 @@ def test_mid_over_vllm_answers_as_the_local_backend(vllm_mid_server, vllm_server
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import VLM, CollaborativePipeline
-    from routedvlm.inference.backends.remote import connect
+    from routedvlm.inference.sides import load_side as connect
 
     _, large = checkpoint_pair()
     mid = large.parent / "mid"

@@ -42,28 +42,34 @@ class HiddenInfo:
                                "answers_equal_labels": self.answers_equal}}
 
 
-ENGINE_PREFIX = "vllm:"  # the in-process vLLM engine side's spec (sides/vllm_engine.py)
+def large_kind(config, metadata: dict):
+    """The spec table's kind of the large side whose states are read (`inference/sides/kinds.py`): that of --large, or
+    with no --large the kind the labels recorded for their large side."""
+    from routedvlm.inference.sides.kinds import described_kind, side_kind
+
+    given = getattr(config, "large", None)
+    return side_kind(str(given)) if given else described_kind((metadata.get("models") or {}).get("large") or {})
 
 
 def large_on_engine(config, metadata: dict) -> bool:
-    """Whether the hidden states are recomputed on vLLM's engine (its hidden-state extraction): `--large vllm:<folder>`,
-    or no --large and the labels' large side was such an engine. Otherwise transformers in this process."""
-    given = getattr(config, "large", None)
-    if given:
-        return str(given).startswith(ENGINE_PREFIX)
-    return ((metadata.get("models") or {}).get("large") or {}).get("engine") == "vllm"
+    """Whether the hidden states are recomputed on an in-process engine that batches (vLLM's hidden-state extraction:
+    `--large vllm:<folder>`, or no --large and the labels' large side was such an engine). Otherwise transformers in
+    this process."""
+    kind = large_kind(config, metadata)
+    return kind.batching and kind.hidden_states and not kind.remote
 
 
 def resolve_large(config, metadata: dict) -> Path:
     """The large VLM checkpoint whose hidden states the probe reads: --large (a folder, or 'vllm:<folder>'), else the
     labels' large model found by `locate_checkpoint` (its recorded path, or a shipped toy checkpoint with the same
     weights hash); a vLLM engine side records its checkpoint folder like a local one."""
+    from routedvlm.inference.sides.kinds import side_kind
     from routedvlm.router.checkpoints import locate_checkpoint, recorded_weights
 
     large = (metadata.get("models") or {}).get("large") or {}
     given = getattr(config, "large", None)
-    if given and str(given).startswith(ENGINE_PREFIX):
-        given = str(given)[len(ENGINE_PREFIX):]
+    if given:
+        given = side_kind(str(given)).target(str(given))
     if not given and (large.get("server") or large.get("device") == "remote"):
         raise ConfigError(f"The self-probe reads the large VLM's hidden states, and the labels' large model was served "
                           f"over HTTP ({large.get('server')}, model {large.get('model_id')!r}): a server returns no "
@@ -73,20 +79,24 @@ def resolve_large(config, metadata: dict) -> Path:
                              given=given, flag="--large", what="The self-probe's large model (the labels' large side)")
 
 
+def _engine_kind():
+    """The spec table's in-process batching kind that returns hidden states (the vLLM engine)."""
+    from routedvlm.inference.sides.kinds import KINDS
+
+    return next(k for k in KINDS if k.batching and k.hidden_states and not k.remote)
+
+
 def _pipeline(large_path: Path, metadata: dict, engine: bool = False):
-    """(pipeline, large side): the large model as a transformers `VLM`, or as a vLLM engine side (`engine`)."""
-    from routedvlm.inference import CollaborativePipeline, VLM
+    """(pipeline, large side): the large model as a transformers `VLM`, or as an in-process engine side (`engine`)."""
+    from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.pipeline_parts import PipelineConfig
     from routedvlm.inference.prompts import PromptConfig
+    from routedvlm.inference.sides import load_side
+    from routedvlm.inference.sides.kinds import LOCAL
 
     prompts = metadata.get("prompts")
     prompts = PromptConfig(**prompts) if prompts else None
-    if engine:
-        from routedvlm.inference.sides.vllm_engine import VLLMEngine
-
-        side = VLLMEngine.from_spec(ENGINE_PREFIX + str(large_path), prompts=prompts)
-    else:
-        side = VLM.from_pretrained(str(large_path), prompts=prompts)
+    side = load_side((_engine_kind() if engine else LOCAL).spec(large_path), prompts=prompts)
     gen = {k: v for k, v in (metadata.get("generation") or {}).items() if k in
            ("max_direct_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens")}
     return CollaborativePipeline(side, side, config=PipelineConfig(**gen)), side
@@ -136,6 +146,7 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
     or (`engine`) with vLLM's hidden-state extraction on an in-process engine."""
     import time
 
+    from routedvlm.inference.sides.kinds import LOCAL
     from routedvlm.inference.sides.vllm_hidden import normalize_layers
     from routedvlm.router.checkpoints import portable_path, weights_hash
 
@@ -145,10 +156,10 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
     t0 = time.perf_counter()
     labelled = list(data.get(f"answer__{LARGE_DIRECT}", [None] * len(data)))
     try:
+        side.start()
         results = _large_direct_runs(pipe, list(zip(data["image"], data["question"])), engine, progress)
     finally:
-        if engine:
-            side.close()
+        side.close()
     vectors, same = [], 0
     for result, answer in zip(results, labelled):
         hidden = getattr(result.generation, "hidden", None)
@@ -164,7 +175,7 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
     out = data.copy()
     out[HIDDEN_KEY] = pd.Series(vectors, index=data.index, dtype=object)
     info = HiddenInfo(layers, position, int(vectors[0].shape[0]) if vectors else 0, portable_path(large_path),
-                      weights_hash(large_path), seconds, same, len(results), side="vllm-engine" if engine else "transformers")
+                      weights_hash(large_path), seconds, same, len(results), side=(_engine_kind() if engine else LOCAL).runtime)
     log.info("hidden states of %d rows (layers %s, %s, %d values, %s) in %.1f s; %d/%d answers equal the labels'",
              len(results), layers, position, info.size, info.side, seconds, same, len(results))
     return out, info

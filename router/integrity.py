@@ -2,8 +2,10 @@
 
 `policy.json` (format version 2) records the sha256 of every model file it names (`model_sha256`); `verify_files`
 refuses a path that leaves the folder, a missing file, a digest that differs, or (in version 2) a missing digest.
-A version-1 router has no digests: its LightGBM files are parsed once in a child process first (`lightgbm_child`),
-so a damaged file that would abort LightGBM's C++ parser ends that child, not the caller.
+LightGBM files (every format: a digest proves integrity, not sanity) are parsed once in a child process first
+(`lightgbm_child`), so a damaged file that would abort LightGBM's C++ parser ends that child, not the caller; the child
+also checks the trees' structure on LightGBM's re-serialization of what it parsed (`lightgbm/trees.py`), so a loop
+that would hang prediction is refused however the file spells its integers.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from routedvlm.router.ladder import next_action, stages_to_pay
 from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
+from .encoders import encoder_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
 from .threads import parallel
@@ -116,6 +117,8 @@ class PolicyRunner:
         left to pay): (decision, features, features ms, decision ms)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
+        if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
+            encoder_for_policy(router.policy.params)
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}

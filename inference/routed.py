@@ -34,9 +34,14 @@ __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "p
 def attach_router(router, pipeline):
     """Check that `router`'s strategies and stages run only models of the pipeline's ladder, let it check the
     pipeline it will run on (`router.attach`) and switch on what it reads at run time: the large model's hidden-state
-    capture for a router with `hidden_layers` (the self-probe)."""
+    capture for a router with `hidden_layers` (the self-probe); the encoder of a router on meaning features (loaded
+    and its weights' hash checked)."""
     check_ladder_fits(router, pipeline)
     router.attach(pipeline)
+    if router.policy.params.get("encoder"):  # meaning features: load and verify the router's encoder now, not per request
+        from .encoders import encoder_for_policy
+
+        encoder_for_policy(router.policy.params)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)

@@ -310,6 +310,13 @@ def _certificate_problems(c: dict, learned: bool) -> list[str]:
     if losses is not None and isinstance(n, int) and (isinstance(losses, bool) or not isinstance(losses, int)
                                                       or not 0 <= losses <= n):
         out.append(f"`certificate['losses']` must be an integer in [0, n = {n}]. Got {losses!r}.")
+    gains = c.get("gains")  # the difference's -1 rows (certificates before it have none)
+    if gains is not None and isinstance(n, int) and (isinstance(gains, bool) or not isinstance(gains, int)
+                                                     or not 0 <= gains <= n - (losses if isinstance(losses, int) else 0)):
+        out.append(f"`certificate['gains']` must be an integer in [0, n - losses]. Got {gains!r}.")
+    if c.get("loss_kind", "regret") not in ("difference", "regret", "error", "none"):
+        out.append(f"`certificate['loss_kind']` must be one of difference, regret, error, none. Got "
+                   f"{c.get('loss_kind')!r}.")
     if c.get("feasible") is False and bound is not None and learned:
         out.append("`certificate` says the target is infeasible, yet the rule is a learned one: an infeasible "
                    "calibration falls back to a fixed strategy. Re-export the router with train-router.")

@@ -4,7 +4,8 @@
 #6913: the Python package does not expose the fast path). `FastRows` prepares one `FastConfig` per booster once
 (`LGBM_BoosterPredictForMatSingleRowFastInit`) and then answers a row with one C call per booster into preallocated
 buffers: the same engine and the same trees as `Booster.predict`, so the same numbers, in a few microseconds each.
-The library is opened as a `ctypes.PyDLL`, so every call holds the GIL: threads never share a buffer mid-call.
+The library is opened as a `ctypes.PyDLL` (each call holds the GIL) and a lock spans filling the row buffer and the
+calls, so threads deciding at once (serve, a decision deadline's worker) never read each other's row.
 `fast_rows` returns None where the fast path is unavailable (an older LightGBM, a failed init); callers then use
 `Booster.predict`. Only boosters whose trees passed `trees.tree_problem` are handed here (LightGBMRouter checks).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 import weakref
 
 log = logging.getLogger(__name__)
@@ -50,17 +52,19 @@ class FastRows:
     def __init__(self, boosters: list, n_features: int, configs: list, predict):
         self.boosters = boosters  # kept alive: each FastConfig points into its booster
         self.row = (ctypes.c_double * n_features)()
+        self._lock = threading.Lock()
         self._calls = [(predict, c, ctypes.addressof(self.row), ctypes.byref(ctypes.c_int64()), (ctypes.c_double * 1)())
                        for c in configs]
 
     def predict(self, values) -> list[float]:
         """P(correct) per booster, in order, for the row `values` (floats, NaN for missing)."""
-        self.row[:] = values
-        out = []
-        for predict, config, row, length, result in self._calls:
-            if predict(config, row, length, result) != 0:
-                raise RuntimeError("LightGBM's single-row prediction failed")
-            out.append(result[0])
+        with self._lock:
+            self.row[:] = values
+            out = []
+            for predict, config, row, length, result in self._calls:
+                if predict(config, row, length, result) != 0:
+                    raise RuntimeError("LightGBM's single-row prediction failed")
+                out.append(result[0])
         return out
 
 

@@ -112,3 +112,20 @@ def test_fast_path_reads_every_numeric_spelling_like_booster_predict(lgbm_router
         assert lgbm_router._proba_row(r) == slow._proba_row(r), r
     with pytest.raises(RouterError, match="^Features must be numeric"):
         lgbm_router._proba_row({**row, f0: "many"})
+
+
+def test_threads_deciding_at_once_each_get_their_own_row(lgbm_router, feature_table):
+    """The fast path's row buffer is shared; a lock keeps concurrent decisions (serve's threads) apart."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = feature_table.to_dict(orient="records")
+    want = [lgbm_router._proba_row(r) for r in rows]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between almost every bytecode: a race shows at once
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for _ in range(5):
+                assert list(pool.map(lgbm_router._proba_row, rows)) == want
+    finally:
+        sys.setswitchinterval(old)

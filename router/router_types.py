@@ -37,6 +37,7 @@ ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
                "routedvlm.training.probe.lora_probe:train_probe", "adapter/ (peft LoRA), head.safetensors"),
     RouterType("self-probe", "routedvlm.router.self_probe:SelfProbeRouter",
                "routedvlm.training.probe.self_probe:train_self_probe", "head.safetensors"),
+    RouterType("knn", "routedvlm.router.knn:KNNRouter", "routedvlm.training.knn:train_knn", "bank.safetensors"),
     RouterType("mutual-verification", "routedvlm.router.baselines:MutualVerificationRouter", None, "none"),
     RouterType("fixed", "routedvlm.router.baselines:FixedRouter", None, "none"),
 )}

@@ -256,7 +256,10 @@ def finish(config, router, evaluation: dict, split, metadata: dict, labels_hash:
     """Metrics into the policy, the outputs written, the TrainResult."""
     from .report import format_table
 
+    from routedvlm.router.checkpoint_identity import checkpoints_of
+
     router.policy.metrics = policy_metrics(evaluation)
+    router.policy.checkpoints = checkpoints_of((metadata or {}).get("models"), router.policy.ladder)
     out = Path(config.output_dir) if config.output_dir else default_output_dir()
     write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))

@@ -61,6 +61,8 @@ def _metrics(ev: dict) -> dict:
                                                             if cert.get(k) is not None}}
     for s, r in (ev.get("probabilities") or {}).items():
         out[f"brier.{s}"] = r["brier"]
+        if r.get("auroc") is not None:
+            out[f"auroc.{s}"] = r["auroc"]
     for row in ev["rows"]:
         key = ("learned" if row["kind"] == "learned" else "pair_" + "_".join(row["pair"]) if row["kind"] == "pair"
                else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_"))

@@ -184,6 +184,7 @@ def load_pipeline(cfg: LabelConfig):
     from .config import every_side
 
     set_threads(cfg.threads)
+    meaning_of(cfg)  # registers the meaning features label_sample computes (in every worker process)
     device = "remote" if every_side(cfg, "remote") else resolve_device(cfg.device)
     reasoners, loaded = cfg.ladder_reasoners(), {}
     sides = []
@@ -236,5 +237,25 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
         "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
-        "run_settings": cfg.settings(),
+        "run_settings": cfg.settings(), **({"encoder": meaning_of(cfg).spec()} if cfg.encoder else {}),
     }
+
+
+_MEANING: dict = {}
+PROBE_PROMPTS = ("What is shown in the image?", "How many red objects are there? Answer with a number.",
+                 "Is the largest bar taller than the second largest one? Answer yes or no.")
+
+
+def meaning_of(cfg: LabelConfig):
+    """The meaning features of `cfg.encoder` (loaded once per process and registered; None without an encoder), its
+    cost measured on a few probe prompts."""
+    if not cfg.encoder:
+        return None
+    key = (cfg.encoder, cfg.encoder_dims)
+    if key not in _MEANING:
+        from routedvlm.inference.encoders import load_meaning
+
+        meaning = load_meaning(cfg.encoder, cfg.encoder_dims)
+        meaning.ms_per_prompt = round(meaning.encoder.ms_per_prompt(PROBE_PROMPTS), 3)
+        _MEANING[key] = meaning
+    return _MEANING[key]

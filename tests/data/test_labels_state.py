@@ -143,3 +143,17 @@ def test_add_features_names_a_wrong_output(world, capsys):
 
     assert main(["add-features", str(world.labels), "--out", str(world.root / "out.csv"), "--no-progress"]) == 2
     assert "error: `--out` must be a .parquet file" in capsys.readouterr().err
+
+
+def test_the_projection_is_fixed_by_the_recorded_spec():
+    from routedvlm.inference.encoders.state import StateFeatures
+    from routedvlm.inference.hidden import HiddenStates
+
+    state = StateFeatures("m", n_layers=3, hidden_size=8, layer=-1, dims=3, seed=5, weights_sha256="sha256:x")
+    vec = np.arange(8, dtype=np.float32)
+    hidden = HiddenStates([2], {2: vec}, {2: np.zeros((0, 8), np.float32)})
+    expected = vec @ (np.random.default_rng(5).standard_normal((8, 3)) / np.sqrt(3)).astype(np.float32)
+    assert np.allclose(state.values(hidden), expected)
+    again = StateFeatures.from_spec(state.spec())  # what a router rebuilds from policy.json
+    assert np.array_equal(again.values(hidden), state.values(hidden)) and again.names == state.names
+    assert state.spec()["layer"] == 2 and state.spec()["stage"] == "small_direct"

@@ -15,6 +15,7 @@ candidates in `cost_order` (expected cost, ties by the canonical `strategy_order
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +47,7 @@ class Decision:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=1024)  # read on every decision; a pure function of the id
 def keep_tokens_of(strategy_id: str) -> int | None:
     """K for `transfer_<K>`; None for every other strategy, including `transfer_all`."""
     return parse_strategy(strategy_id).keep_tokens
@@ -176,6 +178,9 @@ def rule_problems(rule, strategies) -> list[str]:
         elif rule.get("accept") != f"{st.model}_direct":
             out.append(f"`rule['accept']` of a mutual-verification rule escalating to {st.id!r} must be "
                        f"{st.model + '_direct'!r} (the answer the transfer replaces). Got {rule.get('accept')!r}.")
+    if name in ("binary", "mutual-verification") and "accept" in rule and rule.get("accept") == rule.get("escalate"):
+        out.append(f"`rule['escalate']` of a {name!r} rule must differ from its `accept` ({rule.get('accept')!r}): a "
+                   "rule whose escalation is its accepted answer never escalates.")
     if name == "binary" and rule.get("accept") not in strategies:
         out.append(f"`rule['accept']` of a binary rule must be a candidate strategy ({one_of(strategies)}), "
                    f"whose P(correct) it reads. Got {rule.get('accept')!r}.")

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
+from .certificate_fields import certificate_field_problems
+from .checkpoint_identity import checkpoint_problems
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
@@ -77,6 +79,9 @@ class Policy:
     model_sha256: dict[str, str] = field(
         default_factory=dict, metadata=_meta("{model file path relative to the router folder: sha256 hex digest}")
     )
+    checkpoints: dict = field(default_factory=dict, metadata=_meta(
+        "the checkpoints the router was trained on, by ladder alias: {name, weights_hash, config_hash} from the labels' "
+        "metadata (router/checkpoint_identity.py); empty: not recorded"))
     created_at: str = field(default_factory=now_iso, metadata=_meta("ISO 8601 UTC creation time"))
 
     def __post_init__(self):
@@ -120,6 +125,7 @@ class Policy:
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
         out += _template_problems(self.prompt_template)
         out += self._digest_problems()
+        out += checkpoint_problems(self.checkpoints, self.ladder or PAIR)
         for name in ("training_data_hash", "created_at"):
             if not isinstance(getattr(self, name), str):
                 out.append(f"`{name}` must be a string. Got {getattr(self, name)!r}.")
@@ -202,6 +208,7 @@ class Policy:
                 out.append(f"`certificate` lacks {missing}; a certificate records {list(CERTIFICATE_KEYS)}.")
             else:
                 out += _certificate_problems(c, uses_model(self.decision_rule))
+                out += certificate_field_problems(c, self.ladder or PAIR)
         return out
 
     @property

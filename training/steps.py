@@ -226,7 +226,8 @@ def certify_and_evaluate(config, router, split) -> dict:
 
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
              len(split.calibration))
-    cal = certify(router, split.calibration, split.train, config.target, config.delta, chains=config.chains)
+    cal = certify(router, split.calibration, split.train, config.target, config.delta,
+                  chains=getattr(config, "chains", None))
     apply_to_policy(router.policy, cal)
     log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train,
@@ -255,7 +256,10 @@ def finish(config, router, evaluation: dict, split, metadata: dict, labels_hash:
     """Metrics into the policy, the outputs written, the TrainResult."""
     from .report import format_table
 
+    from routedvlm.router.checkpoint_identity import checkpoints_of
+
     router.policy.metrics = policy_metrics(evaluation)
+    router.policy.checkpoints = checkpoints_of((metadata or {}).get("models"), router.policy.ladder)
     out = Path(config.output_dir) if config.output_dir else default_output_dir()
     write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))

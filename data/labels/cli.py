@@ -84,6 +84,7 @@ def import_command(args) -> int:
 
     from .outcomes import import_outcomes, outcome_metadata
     from .schema import write_labels
+    from .validate import inspect_labels
 
     try:
         prices = {k.strip(): float(v) for k, v in (item.split("=", 1) for item in args.ms_per_token.split(",") if item)}
@@ -105,6 +106,10 @@ def import_command(args) -> int:
         from .outcomes import with_meaning
 
         labels, metadata["encoder"] = with_meaning(labels, args.encoder, args.encoder_dims)
+    problems, _ = inspect_labels(labels, metadata, strict=False)
+    if problems:  # the table's checks should have caught it: never write what `labels validate` rejects
+        raise LabelsError(f"The imported labels would not validate ({len(problems)} problem(s)); nothing written: "
+                          f"{problems[0]}")
     write_labels(labels, args.out, metadata)
     parts = [f"{a}_direct = {m} (accuracy {labels[f'correct__{a}_direct'].mean():.3f})"
              for a, m in labels.attrs["models"].items()]

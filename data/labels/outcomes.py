@@ -28,6 +28,8 @@ import pandas as pd
 
 from routedvlm.errors import LabelsError
 
+from .outcome_checks import check_flags, check_table
+
 LAYOUTS = ("mmr-bench", "routellm", "routerbench")
 DEFAULT_MS_PER_TOKEN = {"small": 10.0, "large": 30.0}
 KNOWN_LARGE = ("gpt-4-1106-preview",)  # RouteLLM's strong model: the large side when no order is given
@@ -87,6 +89,12 @@ def response_chars(df: pd.DataFrame, model: str) -> np.ndarray:
     return pd.to_numeric(df[f"{model}_response_chars"], errors="coerce").fillna(0).to_numpy(dtype=float)
 
 
+def _cost_columns(df: pd.DataFrame, layout: str, models) -> list[str]:
+    """The table's cost (or response-length) columns of `models` (checked by outcome_checks.check_table)."""
+    suffix = {"mmr-bench": "_cost", "routerbench": ROUTERBENCH_COST, "routellm": "_response_chars"}[layout]
+    return [f"{m}{suffix}" for m in models if f"{m}{suffix}" in df.columns]
+
+
 def _responses(df: pd.DataFrame, layout: str, model: str):
     col = f"{model}{ROUTERBENCH_RESPONSE}" if layout == "routerbench" else f"{model}_response"
     return df[col].fillna("").astype(str).str[-200:].to_numpy() if col in df.columns else ""
@@ -98,7 +106,7 @@ def _prompt_text(raw) -> str:
     if text.startswith("["):
         try:
             turns = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):  # e.g. '[' + 200,000 '-' + '1]': kept as text
             return text
         if isinstance(turns, (list, tuple)):
             return "\n\n".join(str(t) for t in turns)
@@ -122,6 +130,7 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
     from routedvlm.inference.features import compute_features, feature_names
     from routedvlm.router.strategies import MAX_LADDER, ladder_aliases
 
+    check_flags(min_score, ms_per_token)
     cost_ms = _check_costs(df, layout, cost_ms)
     found = model_columns(df, layout, cost_ms)
     if not found and layout == "routellm":
@@ -139,6 +148,7 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
     question_col = "prompt" if "prompt" in df.columns else "question"
     if question_col not in df.columns:
         raise LabelsError(f"The table has no `prompt` or `question` column (columns: {list(df.columns)[:8]}).")
+    check_table(df, layout, _cost_columns(df, layout, models), question_col)
     questions = df[question_col].map(_prompt_text)
     ids = ([str(s) for s in df["sample_id"]] if layout == "routerbench" and "sample_id" in df.columns else
            [f"{dataset}-{i:05d}-{hashlib.sha256(q.encode()).hexdigest()[:16]}" for i, q in enumerate(questions)])

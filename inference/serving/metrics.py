@@ -9,10 +9,14 @@ routedvlm_stage_duration_seconds{stage, model}: vision + prefill + decode time o
 routedvlm_requests_in_flight; routedvlm_tokens_total{model, kind}: prompt / completion tokens;
 routedvlm_model_runs_total{model}: answered requests in which a model of the ladder (its alias: small, mid, large,
 ...) ran at least one stage; routedvlm_answers_total{model}: answered requests whose final answer that model gave;
-routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time).
+routedvlm_overhead_seconds: routedvlm's own time per answered request (features, decision, bookkeeping: the
+request's wall time minus its model calls; the trace's `overhead_ms`), in buckets from 50 us;
+routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time). vLLM-named series beside them:
+vllm_metrics.py.
 """
 from __future__ import annotations
 
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -28,6 +32,9 @@ class ServerMetrics:
                                   ["model", "strategy"], buckets=LATENCY_BUCKETS, registry=r)
         self.stage = Histogram("routedvlm_stage_duration_seconds", "Vision + prefill + decode time of a stage.",
                                ["stage", "model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("routedvlm_overhead_seconds", "routedvlm's own time per answered request: wall time "
+                                  "minus model calls (features, decision, bookkeeping).", buckets=OVERHEAD_BUCKETS,
+                                  registry=r)
         self.fallbacks = Counter("routedvlm_fallbacks", "Requests decided by the fallback policy.", ["reason"], registry=r)
         self.router_errors = Counter("routedvlm_router_errors", "Failed router decisions.", ["error"], registry=r)
         self.in_flight = Gauge("routedvlm_requests_in_flight", "Requests being answered now.", registry=r)
@@ -37,6 +44,9 @@ class ServerMetrics:
                                   ["model"], registry=r)
         self.answers = Counter("routedvlm_answers", "Answered requests whose final answer the model (ladder alias) gave.",
                                ["model"], registry=r)
+        from .vllm_metrics import VLLMMetrics
+
+        self.vllm = VLLMMetrics(r, self.in_flight, LATENCY_BUCKETS)  # vllm:* names beside these (docs/serve.md)
         Gauge("routedvlm_ready", "1 once both models and the router are loaded.", registry=r).set_function(
             lambda: float(bool(ready())))
         Gauge("routedvlm_router_healthy", "1 while the router loads and decides; 0 when the fallback answers every "
@@ -46,14 +56,17 @@ class ServerMetrics:
         self.requests.labels(route, model, strategy, str(status)).inc()
         if seconds is not None:
             self.duration.labels(model, strategy).observe(seconds)
+            self.vllm.finished(model, seconds)
 
     def answered(self, model: str, trace: list, usage: dict, *, fallback: bool = False, loaded: bool = True,
-                 answered_by: str | None = None) -> None:
+                 answered_by: str | None = None, finish_reason: str | None = None) -> None:
         """Record the stages, tokens and any fallback of one answered request; the models that ran (the trace's
         `model`s) and the one that answered (`answered_by`, an alias)."""
         for rec in trace:
             if rec.get("stage") == "decision":
                 self.stage.labels("decision", "router").observe((rec["features_ms"] + rec["decision_ms"]) / 1000)
+                if rec.get("overhead_ms") is not None:
+                    self.overhead.observe(rec["overhead_ms"] / 1000)
                 if fallback:
                     self.fallbacks.labels("decision_failed" if loaded else "router_not_loaded").inc()
                 if fallback and loaded and rec.get("error"):
@@ -67,6 +80,7 @@ class ServerMetrics:
             self.answers.labels(answered_by).inc()
         self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
         self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+        self.vllm.answered(model, usage, finish_reason)
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -73,6 +73,7 @@ class VLM(ModelSide):
         if style not in STYLES:
             raise ConfigError(f"The `thinking` parameter of VLM must be one of {one_of(STYLES)}. Got {style!r} instead.")
         self.model, self.processor, self.tokenizer, self.name = model, processor, tokenizer, name
+        model._routedvlm_tokenizer = tokenizer  # what transformers' `stop_strings` need (sampling.generate_kwargs)
         self.prompts, self.reasoner, self.reason_prompt = prompts, reasoner, reason_prompt
         self.style = self._detect_style() if style == "auto" else style
         self.think_close_id = self._single_id(THINK_CLOSE)
@@ -143,7 +144,12 @@ class VLM(ModelSide):
 
     @property
     def device(self):
-        return next(self.model.parameters()).device
+        """The device of the weights (read from the first parameter, kept while the model is the same object:
+        `model.to()` moves a parameter in place)."""
+        kept = getattr(self, "_first_parameter", None)
+        if kept is None or kept[0] is not self.model:
+            kept = self._first_parameter = (self.model, next(self.model.parameters()))
+        return kept[1].device
 
     @property
     def placement(self) -> tuple:
@@ -292,6 +298,15 @@ class VLM(ModelSide):
         _, reasoning, answer = self.split_reasoning(gen.token_ids)
         return gen, answer, reasoning
 
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        from ..generation import timed_generate
+
+        inputs = self.encode(None, prompt)
+        if check_context is not None:
+            check_context(int(inputs["input_ids"].shape[1]))
+        gen = timed_generate(self.model, inputs, max_new_tokens=max_tokens, min_new_tokens=min(min_tokens, max_tokens))
+        return gen, self.decode(gen.token_ids)
+
     # ----- reading outputs --------------------------------------------------------------------------------------
     def answer_text(self, ids, kind: str) -> str:
         if kind == "reason":
@@ -300,6 +315,11 @@ class VLM(ModelSide):
 
     def reasoning_token_count(self, ids) -> int:
         return len(self.split_reasoning(list(ids))[0])
+
+    def reasoning_prefix(self, ids) -> int:
+        ids = [int(t) for t in ids]
+        close = self.think_close_id
+        return len(ids) - ids[::-1].index(close) if close is not None and close in ids else 0
 
     def hit_limit(self, gen, budget: int) -> bool:
         return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())

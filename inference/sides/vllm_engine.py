@@ -30,6 +30,7 @@ import time
 import uuid
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
+from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
 from ..backends.vllm_io import ENGINE_ARGS_ENV, freeze_heap, generation, image_uuid, resolve_engine_args
 from ..generation import Generation
@@ -62,6 +63,7 @@ class VLLMEngine(ModelSide):
     render, text_ids, decode, split_reasoning, clean_answer = (VLM.render, VLM.text_ids, VLM.decode,
                                                                 VLM.split_reasoning, VLM.clean_answer)
     answer_text, reasoning_token_count, hit_limit = VLM.answer_text, VLM.reasoning_token_count, VLM.hit_limit
+    reasoning_prefix = VLM.reasoning_prefix
     special_tokens = VLM.special_tokens
 
     def __init__(self, path, *, reasoner: "VLLMEngine | None" = None, thinking: str = "auto",
@@ -226,6 +228,14 @@ class VLLMEngine(ModelSide):
     def params(self, max_tokens: int, min_tokens: int = 0):
         """The SamplingParams of a greedy call (one object per token limits: vLLM copies a request's params)."""
         key = (int(max_tokens), min(int(min_tokens), int(max_tokens)))
+        sample = sampling.current()  # a visible answer of a request that samples (not cached: seeds differ)
+        if sample is not None:
+            from vllm import SamplingParams
+
+            extra = _hidden_module().request_params() if self._hidden is not None else None
+            return SamplingParams(max_tokens=key[0], min_tokens=key[1], logprobs=self.top_logprobs or None,
+                                  detokenize=False, skip_special_tokens=False, extra_args=extra,
+                                  **sampling.engine_fields(sample))
         params = self._params.get(key)
         if params is None:
             from vllm import SamplingParams

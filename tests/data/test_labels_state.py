@@ -157,3 +157,25 @@ def test_the_projection_is_fixed_by_the_recorded_spec():
     again = StateFeatures.from_spec(state.spec())  # what a router rebuilds from policy.json
     assert np.array_equal(again.values(hidden), state.values(hidden)) and again.names == state.names
     assert state.spec()["layer"] == 2 and state.spec()["stage"] == "small_direct"
+
+
+def test_the_labeller_writes_the_same_state_features_as_add_features(world, tmp_path):
+    from routedvlm.data.labels.add_features import add_state_features
+    from routedvlm.data.labels.schema import read_labels
+
+    assert label(*label_args(world, tmp_path / "labelled.parquet", "--state-dims", "4")) == 0
+    labelled, meta = read_labels(tmp_path / "labelled.parquet")
+    added, added_meta = read_labels(add_state_features(world.labels, tmp_path / "added.parquet", small=world.small,
+                                                       dims=4))
+    names = meta["state"]["features"]
+    assert names == added_meta["state"]["features"] and len(names) == 4
+    assert np.allclose(labelled[names].to_numpy(float), added[names].to_numpy(float), rtol=1e-5, atol=1e-6)
+    assert {k: v for k, v in meta["state"].items()} == {k: v for k, v in added_meta["state"].items() if k != "recomputed"}
+
+
+def test_a_labelling_run_without_state_features_computes_none(world, tmp_path):
+    from routedvlm.data.labels.schema import read_labels
+
+    assert label(*label_args(world, tmp_path / "plain.parquet")) == 0  # after runs that registered state columns
+    labelled, meta = read_labels(tmp_path / "plain.parquet")
+    assert "state" not in meta and not [c for c in labelled.columns if "__state_" in c]

@@ -185,7 +185,7 @@ def _is_loopback(host: str) -> bool:
 def _loader(cfg: ServeConfig):
     def load():
         from ..routed import RoutedVLM
-        from ..sides.local import set_threads
+        from ..sides.local.side import set_threads
 
         threads = set_threads(cfg.threads)
         routed = RoutedVLM.from_pretrained(

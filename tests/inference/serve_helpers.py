@@ -70,7 +70,7 @@ def serve_process(args, log_path, timeout=240, **popen):
     import httpx
 
     port, log = free_port(), open(log_path, "w")
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", *args, "--port", str(port)]
+    cmd = [sys.executable, "-m", "routedvlm.cli", "serve", *args, "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
     url = f"http://127.0.0.1:{port}"
     try:

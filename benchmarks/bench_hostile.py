@@ -1,4 +1,4 @@
-"""The hostile inputs of issue #26 against `routedvlm serve` (in process, tiny random models) and the labels reader:
+"""The hostile inputs of issues #26 and #39 against `routedvlm serve` (in process, tiny random models) and the labels reader:
 what each is answered with and how long it takes, one run, side by side. Loopback only; bounded sizes.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_hostile.py
@@ -86,10 +86,51 @@ def labels_cases(root: Path) -> None:
         print(f"{name:<50} {path.stat().st_size / 1e6:>8.1f} {ms:>8.1f} {rss:>12.0f}  {answer}")
 
 
+def round_three(root: Path) -> None:
+    """Issue #39's cases (hostile_round3.py): sockets, a hanging decision, feedback, converter, policy, audit log."""
+    import threading
+
+    import numpy as np
+    import pandas as pd
+
+    import hostile_round3 as r3
+    from routedvlm.inference import build_tiny_pair
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.router import Policy, Router
+
+    small, large = build_tiny_pair(root / "pair3", arch="qwen3_vl")
+    routed = RoutedVLM.from_pretrained(str(small), str(large), "large_direct", device="cpu", min_new_tokens=1,
+                                       max_direct_tokens=2)
+    r3.socket_cases(routed)
+    def hanging(release):
+        class Hanging(Router):
+            def predict_proba(self, features):
+                release.wait(120)
+                return pd.DataFrame({"small_direct": np.ones(len(features))}, index=features.index)
+
+        return Hanging(Policy(router_type="hanging", mode="one-shot", strategies=["small_direct"],
+                              features=["feat__prompt__question_chars"], fallback="small_direct"))
+
+    cases = []
+    for t in (None, 1.0):
+        release = threading.Event()
+        cases.append((f"decision_timeout={t}", RoutedVLM(routed.pipeline, hanging(release), fallback="large_direct",
+                                                        decision_timeout=t), release))
+    r3.decision_case(cases)
+    audited = RoutedVLM(routed.pipeline, "large_direct", audit_rate=1.0,
+                        audit={"alpha": 0.2, "seed": 0, "window": 0, "reference": "large_direct"})
+    r3.feedback_cases(audited)
+    audited.auditor.close()
+    r3.converter_cases(root)
+    r3.policy_cases(root)
+    r3.audit_log_case(root)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         labels_cases(Path(tmp))  # first: the peak RSS is the process's, before the models load
         serve_cases(Path(tmp))
+        round_three(Path(tmp))
     return 0
 
 

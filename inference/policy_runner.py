@@ -7,7 +7,9 @@ needs, cheapest first, then accepts one of the paid answers or runs another stra
 decision, the chosen strategy alone. Every stage record names the model (alias) that ran it; `RoutedOutput.models`
 lists them and `answer_model` is the one whose answer is returned.
 A router that raises at decision time never fails the request: the fallback router decides instead, and the
-router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once).
+router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once). Its scoring runs
+under `decision_timeout` seconds (decision_deadline.py): one that overruns is answered by the fallback and leaves
+the router unhealthy (stalled) until it returns, without holding the request.
 `run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route (and the models it runs) as
 soon as it is decided, and streams the final answer into an `AnswerSink` as it decodes.
 """
@@ -22,6 +24,9 @@ from routedvlm.router.ladder import next_action, stages_to_pay
 from routedvlm.router.strategies import alias_rank, is_alias, parse_strategy
 
 from . import final_answer, streaming
+from . import sampling as sampling_mod
+from .decision_deadline import DecisionDeadline
+from .encoders import encoder_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
 from .threads import parallel
@@ -90,11 +95,14 @@ class RoutedOutput:
 class PolicyRunner:
     """Executes `router`'s policy with `pipeline`; `fallback` decides when `router` is None or raises."""
 
-    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None, health: RouterHealth | None = None):
+    def __init__(self, pipeline, router, fallback, *, router_error: str | None = None, health: RouterHealth | None = None,
+                 decision_timeout: float | None = 10.0):
         self.pipeline, self.router, self.fallback = pipeline, router, fallback
         self.router_error = router_error
         name = router.policy.router_type if router is not None else "(not loaded)"
+        self.deadline = DecisionDeadline(decision_timeout)
         self.health = health or RouterHealth(name, load_error=router_error if router is None else None)
+        self.health.stalled = self.deadline.stalled
 
     # ---- stages ----
     @staticmethod
@@ -110,30 +118,36 @@ class PolicyRunner:
         return ran
 
     # ---- decision ----
-    def _decide(self, router, req, ran):
+    def _decide(self, router, req, ran, deadline=None):
         """The policy's decision once its stages are paid (`router.ladder.next_action`, which answers when nothing is
-        left to pay): (decision, features, features ms, decision ms)."""
+        left to pay): (decision, features, features ms, decision ms). `deadline`: a DecisionDeadline the router's
+        scoring runs under (features and model-based inputs are model calls, under the request's own deadline)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
+        if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
+            encoder_for_policy(router.policy.params)
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
-        step = next_action(router, {**feats, **extra}, paid=list(ran))
+        inputs, paid = {**feats, **extra}, list(ran)
+        step = (deadline.call if deadline is not None else _now)(lambda: next_action(router, inputs, paid=paid))
         if step.kind != "answer":  # the stages ran above: only a router whose stages changed meanwhile gets here
             raise RuntimeError(f"the policy asks for stage {step.stage!r} after its stages ran")
         t2 = time.perf_counter()
         return step.decision, feats, (t1 - t0) * 1000, (t2 - t1) * 1000
 
-    def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None) -> RoutedOutput:
-        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models): called
-        once the route is decided, before the final answer runs (`models`: the aliases the request runs, cheapest
-        first); sink: an `AnswerSink` the final answer streams into."""
+    def run(self, req, *, max_tokens: int | None = None, on_decision=None, sink=None, sampling=None) -> RoutedOutput:
+        """Answer one Request. max_tokens: cap of the final answer; on_decision(decision, fallback, models, decoded):
+        called once the route is decided, before the final answer runs (`models`: the aliases the request runs,
+        cheapest first; `decoded`: whether the answer was already decoded before the decision, an accepted cascade
+        answer); sink: an `AnswerSink` the final answer streams into; sampling: a `sampling.Sampling` the final answer
+        call samples with (the stages run before the decision stay greedy)."""
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
             self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
-                decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+                decision, feats, f_ms, d_ms = self._decide(router, req, ran, self.deadline)
                 self.health.success()
             except Exception as exc:  # a router must never fail the request
                 error = self.health.failure(exc)
@@ -142,13 +156,16 @@ class PolicyRunner:
             router = self.fallback
             self._run_stages(req, self.stages_for(router), ran)
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
+        decoded = decision.strategy in ran  # accepted: decoded (greedily) before the decision, so not sampled
         if on_decision is not None:
-            on_decision(decision, used_fallback, _route_models(ran, decision.strategy))
-        with streaming.active(sink) if sink is not None else contextlib.nullcontext():
+            on_decision(decision, used_fallback, _route_models(ran, decision.strategy), decoded)
+        with streaming.active(sink) if sink is not None else contextlib.nullcontext(), sampling_mod.active(sampling):
             result = self._execute(req, decision.strategy, ran)
-        text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens)
+        text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens, None if decoded else sampling)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
         record.update(router.trace_info())  # e.g. the LoRA probe's probe_shared_prefill, probe_ms
+        record["sampled"] = sampling is not None and not sampling.neutral and not decoded
+        record["decoded_before_route"] = decoded
         return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
                             _trace(ran, result, record), used_fallback, result, finish, usage)
 
@@ -161,6 +178,10 @@ class PolicyRunner:
         if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
             return self.pipeline.escalate(paid, strat.keep_tokens, source=strat.source)
         return self.pipeline.run_strategy(req, strat)
+
+
+def _now(fn):
+    return fn()
 
 
 def ladder_order(aliases) -> list[str]:

@@ -22,6 +22,7 @@ from routedvlm.router.tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME
 
 from .inputs import make_request
 from .pipeline_parts import PipelineConfig, pipeline_sides
+from .checkpoint_check import check_checkpoints
 from .policy_runner import PolicyRunner, RoutedOutput
 from .streaming import RoutedStream
 
@@ -34,9 +35,14 @@ __all__ = ["DEFAULT_FALLBACK", "DEFAULT_ROUTER", "RoutedOutput", "RoutedVLM", "p
 def attach_router(router, pipeline):
     """Check that `router`'s strategies and stages run only models of the pipeline's ladder, let it check the
     pipeline it will run on (`router.attach`) and switch on what it reads at run time: the large model's hidden-state
-    capture for a router with `hidden_layers` (the self-probe)."""
+    capture for a router with `hidden_layers` (the self-probe); the encoder of a router on meaning features (loaded
+    and its weights' hash checked)."""
     check_ladder_fits(router, pipeline)
     router.attach(pipeline)
+    if router.policy.params.get("encoder"):  # meaning features: load and verify the router's encoder now, not per request
+        from .encoders import encoder_for_policy
+
+        encoder_for_policy(router.policy.params)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)
@@ -91,10 +97,15 @@ class RoutedVLM:
     `AuditConfig` or a dict of its fields: log, store_inputs, alpha, delta, window, ...; see docs/audit.md).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`,
     `auditor` (None when not auditing).
+    `decision_timeout`: seconds the router's scoring may take (default 10; None: no limit); one that overruns is
+    answered by the fallback and the router reports unhealthy in `health()` until it returns.
+    A router that records the checkpoints it was trained on (`policy.checkpoints`) is refused (router_error, the
+    fallback answers) on other checkpoints unless `allow_checkpoint_mismatch=True` (inference/checkpoint_check.py).
     """
 
     def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
-                 prompt_template=None, audit_rate: float = 0.0, audit=None):
+                 prompt_template=None, audit_rate: float = 0.0, audit=None, decision_timeout: float | None = 10.0,
+                 allow_checkpoint_mismatch: bool = False):
         from routedvlm.router import load_router
 
         from .prompts import PromptTemplate
@@ -109,6 +120,7 @@ class RoutedVLM:
         template = None
         try:
             loaded = attach_router(load_router(router, tracking_uri=tracking_uri), pipeline)
+            check_checkpoints(loaded, pipeline_sides(pipeline), allow_mismatch=allow_checkpoint_mismatch)
             if prompt_template is None:  # the router's recorded template: a bad one fails the router, not the caller
                 template = PromptTemplate.parse(getattr(getattr(loaded, "policy", None), "prompt_template", None))
             self.router = loaded
@@ -118,7 +130,8 @@ class RoutedVLM:
                            str(router), self.router_error, self.fallback.policy.router_type)
         self.router_source = str(router)
         self.prompt_template = template or PromptTemplate.parse(prompt_template)
-        self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error)
+        self.runner = PolicyRunner(pipeline, self.router, self.fallback, router_error=self.router_error,
+                                   decision_timeout=decision_timeout)
         stateful = any(side.stateful for side in pipeline_sides(pipeline).values())
         self.lock = threading.RLock() if stateful else contextlib.nullcontext()  # e.g. HTTP sides keep no model state
         self.auditor = _auditor(self, audit_rate, audit)
@@ -127,6 +140,7 @@ class RoutedVLM:
     def from_pretrained(cls, small, large=None, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK,
                         tracking_uri: str | None = None, selector: str = "prefix", k_grid=DEFAULT_K_GRID,
                         config: PipelineConfig | None = None, prompt_template=None, audit_rate: float = 0.0, audit=None,
+                        decision_timeout: float | None = 10.0, allow_checkpoint_mismatch: bool = False,
                         **kwargs) -> "RoutedVLM":
         """Load the models and the router: `from_pretrained(small, large, router)` for a pair, or
         `from_pretrained([m0, m1, m2, ...], router)` for a ladder of N >= 2 models, cheapest first (named by position
@@ -153,7 +167,8 @@ class RoutedVLM:
         pipe = _pipeline(load_sides(specs, **kwargs), selector=selector, k_grid=k_grid,
                          config=config or PipelineConfig(**cfg_kw))
         return cls(pipe, router, fallback=fallback, tracking_uri=tracking_uri, prompt_template=prompt_template,
-                   audit_rate=audit_rate, audit=audit)
+                   audit_rate=audit_rate, audit=audit, decision_timeout=decision_timeout,
+                   allow_checkpoint_mismatch=allow_checkpoint_mismatch)
 
     @property
     def active_router(self):
@@ -161,30 +176,35 @@ class RoutedVLM:
         return self.router if self.router is not None else self.fallback
 
     def generate(self, image=None, question=None, *, messages=None, max_tokens: int | None = None,
-                 defer_audit: bool = False):
+                 defer_audit: bool = False, sampling=None):
         """Answer one request, or a list of requests (lists of images + questions, or a list of message lists).
 
         messages: chat messages whose last user turn holds the question and at most one image part, as
         transformers writes them (`{"type": "image", "image": PIL | path}`, `{"type": "image", "url": ...}`) or
         as OpenAI does (`{"type": "image_url", "image_url": {"url": "data:..." | path}}`).
-        max_tokens: cap of the final answer (`finish_reason` "length" when it cuts).
+        max_tokens: cap of the final answer's tokens (`finish_reason` "length" when it cuts); the reasoning of a strategy
+        has its own budget (`PipelineConfig.max_reason_tokens`, the router's K).
+        sampling: a `sampling.Sampling` the call writing the answer samples with (routing stages stay greedy; an
+        answer a cascade accepted was decoded greedily before the decision; see docs/serve.md)
         defer_audit: a sampled shadow audit waits until `out.release_audit()` (the server calls it once the
         response is sent; it runs anyway after a minute)."""
         _check_max_tokens(max_tokens)
         if isinstance(image, (list, tuple)) or _is_batch(messages):
-            return [self.run_request(self._request(**kw), max_tokens=max_tokens) for kw in _split_batch(image, question, messages)]
+            return [self.run_request(self._request(**kw), max_tokens=max_tokens, sampling=sampling)
+                    for kw in _split_batch(image, question, messages)]
         return self.run_request(self._request(image, question, messages), max_tokens=max_tokens,
-                                defer_audit=defer_audit)
+                                defer_audit=defer_audit, sampling=sampling)
 
     __call__ = generate
 
-    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None) -> RoutedStream:
+    def stream(self, image=None, question=None, *, messages=None, max_tokens: int | None = None,
+               sampling=None) -> RoutedStream:
         """One request whose final answer streams as it decodes: `for delta in vlm.stream(...)`, then `.output`.
 
         The route is decided before the first answer token; an answer the cascade accepted (already decoded
         before the decision) arrives as one delta. Inputs as for `generate` (one request, not a batch)."""
         _check_max_tokens(max_tokens)
-        return RoutedStream(self, self._request(image, question, messages), max_tokens)
+        return RoutedStream(self, self._request(image, question, messages), max_tokens, sampling)
 
     def _request(self, image=None, question=None, messages=None):
         """A validated Request whose question went through the router's prompt template."""
@@ -193,15 +213,17 @@ class RoutedVLM:
         req.question = self.prompt_template.apply(req.question)
         return req
 
-    def run_request(self, req, *, defer_audit: bool = False, **kwargs) -> RoutedOutput:
+    def run_request(self, req, *, defer_audit: bool = False, request_id: str | None = None, audit_draw=None,
+                    **kwargs) -> RoutedOutput:
         """Answer a prepared request (template applied) under the lock; kwargs go to `PolicyRunner.run`
-        (`max_tokens`, `on_decision`, `sink`). A sampled shadow audit is queued after the lock is released
-        (`defer_audit`: see `generate`)."""
+        (`max_tokens`, `on_decision`, `sink`, `sampling`). A sampled shadow audit is queued after the lock is released
+        (`defer_audit`: see `generate`; `audit_draw`: the draw made beforehand, see `streaming.RoutedStream`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
-        out.request_id = f"req-{uuid.uuid4().hex}"
-        if self.auditor is not None:  # after the lock is released: the audit waits for it, the answer does not
-            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit)
+        out.request_id = request_id or f"req-{uuid.uuid4().hex}"
+        if self.auditor is not None and not out.decision.get("sampled"):  # a sampled answer is outside the certificate
+            # after the lock is released: the audit waits for it, the answer does not
+            out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit, drawn=audit_draw)
         return out
 
     def audit_feedback(self, request_id: str, *, answer=None, routed_correct=None, reference_correct=None) -> str:

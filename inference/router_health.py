@@ -1,7 +1,8 @@
 """Whether a loaded router still decides: a router that raises on every decision marks itself unhealthy.
 
 `RouterHealth` counts decision outcomes; after `threshold` consecutive failures the router is unhealthy (the
-fallback policy answers every request meanwhile) until a decision succeeds. Each distinct cause is logged once,
+fallback policy answers every request meanwhile) until a decision succeeds. A router whose decision overran its
+deadline and still runs (`stalled`) is unhealthy at once, until that decision returns. Each distinct cause is logged once,
 with its traceback; every request's trace still records the error of its own decision.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ logger = logging.getLogger(__name__)
 class RouterHealth:
     """Decision outcomes of one router (thread-safe). `load_error`: why the router did not load (then never healthy)."""
 
+    stalled = staticmethod(lambda: False)  # set by the PolicyRunner: whether a decision overran and still runs
+
     def __init__(self, name: str, *, threshold: int = 3, load_error: str | None = None):
         self.name, self.threshold, self.load_error = name, threshold, load_error
         self.decisions = self.failures = self.consecutive = 0
@@ -24,7 +27,7 @@ class RouterHealth:
 
     @property
     def healthy(self) -> bool:
-        return self.load_error is None and self.consecutive < self.threshold
+        return self.load_error is None and self.consecutive < self.threshold and not self.stalled()
 
     def success(self) -> None:
         with self._lock:
@@ -56,7 +59,9 @@ class RouterHealth:
     def snapshot(self) -> dict:
         """The router's state for /health and /metrics."""
         with self._lock:
-            error = self.load_error or (self.last_error if self.consecutive else None)
+            stalled = self.stalled()
+            error = self.load_error or (self.last_error if self.consecutive or stalled else None)
             return {"router_loaded": self.load_error is None, "router_healthy": self.healthy, "router_error": error,
+                    "router_stalled": stalled,
                     "router_decisions": self.decisions, "router_decision_failures": self.failures,
                     "router_consecutive_failures": self.consecutive}

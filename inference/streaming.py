@@ -13,11 +13,14 @@ import contextlib
 import logging
 from contextvars import ContextVar
 
+from . import sampling
+from .final_answer import capped_ids
 from .sides.base import THINK_CLOSE, THINK_OPEN
 
 logger = logging.getLogger(__name__)
 _SINK: ContextVar = ContextVar("routedvlm_answer_sink", default=None)
 _SEGMENT: ContextVar = ContextVar("routedvlm_answer_segment", default=None)
+_PLAIN: ContextVar = ContextVar("routedvlm_plain_streamer", default=None)
 
 
 class StreamCancelled(Exception):
@@ -39,8 +42,8 @@ class AnswerSink:
 
     max_tokens: only the first N tokens of the answer call count (the request's `max_tokens`)."""
 
-    def __init__(self, emit, *, max_tokens: int | None = None):
-        self.emit, self.max_tokens = emit, max_tokens
+    def __init__(self, emit, *, max_tokens: int | None = None, stop=()):
+        self.emit, self.max_tokens, self.stop = emit, max_tokens, tuple(stop)
         self.sent, self.cancelled, self.diverged = "", False, False
 
     def begin(self, vlm, kind: str) -> "_Segment":
@@ -50,6 +53,8 @@ class AnswerSink:
         """The answer so far is `text`: emit what is new."""
         if self.diverged:
             return
+        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        text = text[:min(hits)] if hits else text  # a stop string ends the answer (not sent)
         if not text.startswith(self.sent):
             self.diverged = True  # a later token rewrote earlier text (e.g. a stray </think>); stop streaming
             logger.warning("a streamed answer was rewritten by a later token; the rest is not streamed")
@@ -65,7 +70,7 @@ class _Segment:
     def __init__(self, sink: AnswerSink, vlm, kind: str):
         self.sink, self.vlm, self.kind, self.calls = sink, vlm, kind, 0
         marker = getattr(getattr(vlm, "prompts", None), "answer_marker", None)
-        self.markers = [m for m in (THINK_OPEN, THINK_CLOSE, marker) if m]
+        self.markers = [m for m in (THINK_OPEN, THINK_CLOSE, marker, *sink.stop) if m]
 
     def streamer(self) -> "_Streamer":
         kind = self.kind if self.calls == 0 else "direct"  # a reasoning run's follow-up call is a direct answer
@@ -87,7 +92,7 @@ class _Streamer:
             self.prompt_seen = True
             return
         self.ids.extend(int(t) for t in value.reshape(-1).tolist())
-        ids = self.ids if sink.max_tokens is None else self.ids[: sink.max_tokens]
+        ids = capped_ids(self.segment.vlm, self.ids, self.kind, sink.max_tokens)  # reasoning does not eat max_tokens
         sink.offer(_stable(self.segment.vlm.answer_text(ids, self.kind), self.segment.markers))
 
     def end(self) -> None:
@@ -106,20 +111,36 @@ def active(sink: AnswerSink):
 
 @contextlib.contextmanager
 def answer_segment(vlm, kind: str = "direct"):
-    """Mark the pipeline calls that produce a final answer of `vlm` (no-op unless a sink is active)."""
+    """Mark the pipeline calls that produce a final answer of `vlm`: they stream into the active sink (if any) and
+    sample with the request's sampling parameters (if any, see sampling.py)."""
     sink = _SINK.get()
-    if sink is None or _SEGMENT.get() is not None:
-        yield
-        return
-    token = _SEGMENT.set(sink.begin(vlm, kind))
+    with sampling.answer_call():
+        if sink is None or _SEGMENT.get() is not None:
+            yield
+            return
+        token = _SEGMENT.set(sink.begin(vlm, kind))
+        try:
+            yield
+        finally:
+            _SEGMENT.reset(token)
+
+
+@contextlib.contextmanager
+def plain_streamer(streamer):
+    """Hand `streamer` (transformers' `put` / `end`) to the generate calls made in the block (a plain model's
+    streamed completion, serving/plain_stream.py)."""
+    token = _PLAIN.set(streamer)
     try:
         yield
     finally:
-        _SEGMENT.reset(token)
+        _PLAIN.reset(token)
 
 
 def current_streamer():
-    """The streamer for a generate call made now (None outside a marked final-answer call)."""
+    """The streamer for a generate call made now (None outside a marked final-answer call or a plain stream)."""
+    plain = _PLAIN.get()
+    if plain is not None:
+        return plain
     segment = _SEGMENT.get()
     return None if segment is None else segment.streamer()
 
@@ -127,27 +148,35 @@ def current_streamer():
 class RoutedStream:
     """One streamed RoutedVLM request. Iterate it for the answer's text deltas (the request runs in a background
     thread); afterwards `route` holds the decision and `output` the RoutedOutput. `run(put)` instead runs it in
-    the calling thread and hands every event to `put`: ("route", {strategy, keep_tokens, fallback, models}), ("delta",
+    the calling thread and hands every event to `put`: ("route", {strategy, keep_tokens, fallback, models, decoded}), ("delta",
     text) and finally ("done", RoutedOutput) or ("error", exception). `cancel()` stops it at the next token."""
 
-    def __init__(self, routed, request, max_tokens: int | None = None):
-        self.routed, self.request, self.max_tokens = routed, request, max_tokens
+    def __init__(self, routed, request, max_tokens: int | None = None, sampling=None):
+        import uuid
+
+        self.routed, self.request, self.max_tokens, self.sampling = routed, request, max_tokens, sampling
         self.route, self.output, self._sink = None, None, None
+        self.request_id = f"req-{uuid.uuid4().hex}"  # known before the answer (a streamed response's header)
+        auditor, sampled = getattr(routed, "auditor", None), sampling is not None and not sampling.neutral
+        self.audit_draw = False if auditor is None or sampled else auditor.draw()  # drawn now, for the headers
 
     def cancel(self) -> None:
         if self._sink is not None:
             self._sink.cancelled = True
 
     def run(self, put) -> None:
-        self._sink = AnswerSink(lambda delta: put(("delta", delta)), max_tokens=self.max_tokens)
+        stop = self.sampling.stop if self.sampling is not None else ()
+        self._sink = AnswerSink(lambda delta: put(("delta", delta)), max_tokens=self.max_tokens, stop=stop)
 
-        def decided(decision, fallback, models):
+        def decided(decision, fallback, models, decoded=False):
             self.route = {"strategy": decision.strategy, "keep_tokens": decision.keep_tokens, "fallback": fallback,
-                          "models": list(models)}
+                          "models": list(models), "decoded": decoded}
             put(("route", dict(self.route)))
 
         try:
-            self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided, sink=self._sink)
+            self.output = self.routed.run_request(self.request, max_tokens=self.max_tokens, on_decision=decided,
+                                                  sink=self._sink, sampling=self.sampling, request_id=self.request_id,
+                                                  audit_draw=self.audit_draw)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             put(("error", exc))
             return

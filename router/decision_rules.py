@@ -176,6 +176,9 @@ def rule_problems(rule, strategies) -> list[str]:
         elif rule.get("accept") != f"{st.model}_direct":
             out.append(f"`rule['accept']` of a mutual-verification rule escalating to {st.id!r} must be "
                        f"{st.model + '_direct'!r} (the answer the transfer replaces). Got {rule.get('accept')!r}.")
+    if name in ("binary", "mutual-verification") and "accept" in rule and rule.get("accept") == rule.get("escalate"):
+        out.append(f"`rule['escalate']` of a {name!r} rule must differ from its `accept` ({rule.get('accept')!r}): a "
+                   "rule whose escalation is its accepted answer never escalates.")
     if name == "binary" and rule.get("accept") not in strategies:
         out.append(f"`rule['accept']` of a binary rule must be a candidate strategy ({one_of(strategies)}), "
                    f"whose P(correct) it reads. Got {rule.get('accept')!r}.")

@@ -68,8 +68,13 @@ def download_router(uri: str, *, tracking_uri: str | None = None, dst: str | Non
     """Download a logged router model and return the local router folder (the one with policy.json)."""
     import mlflow
 
-    from .tracking import setup_mlflow
+    from .tracking import resolve_tracking_uri, setup_mlflow, sqlite_path
 
+    store = sqlite_path(resolve_tracking_uri(tracking_uri, create=False))
+    if store is not None and (not store.is_file() or store.stat().st_size == 0):  # a lookup never creates a store
+        raise RouterLoadError(f"Cannot load router {uri!r}: there is no MLflow store at {str(store)!r} (nothing was "
+                              "created). Pass --tracking-uri / tracking_uri= of the store train-router registered it "
+                              "in, or the router folder itself.")
     dst = dst or tempfile.mkdtemp(prefix="routedvlm-router-")
     try:
         setup_mlflow(tracking_uri)

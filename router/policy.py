@@ -22,6 +22,8 @@ from pathlib import Path
 
 from routedvlm.errors import RouterError, RouterLoadError, UnknownStrategyError, one_of
 from .provenance import now_iso
+from .certificate_fields import certificate_field_problems
+from .checkpoint_identity import checkpoint_problems
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
 from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
@@ -77,6 +79,9 @@ class Policy:
     model_sha256: dict[str, str] = field(
         default_factory=dict, metadata=_meta("{model file path relative to the router folder: sha256 hex digest}")
     )
+    checkpoints: dict = field(default_factory=dict, metadata=_meta(
+        "the checkpoints the router was trained on, by ladder alias: {name, weights_hash, config_hash} from the labels' "
+        "metadata (router/checkpoint_identity.py); empty: not recorded"))
     created_at: str = field(default_factory=now_iso, metadata=_meta("ISO 8601 UTC creation time"))
 
     def __post_init__(self):
@@ -120,6 +125,7 @@ class Policy:
                 out.append(f"`{name}` must be a dict. Got {type(getattr(self, name)).__name__}.")
         out += _template_problems(self.prompt_template)
         out += self._digest_problems()
+        out += checkpoint_problems(self.checkpoints, self.ladder or PAIR)
         for name in ("training_data_hash", "created_at"):
             if not isinstance(getattr(self, name), str):
                 out.append(f"`{name}` must be a string. Got {getattr(self, name)!r}.")
@@ -202,6 +208,7 @@ class Policy:
                 out.append(f"`certificate` lacks {missing}; a certificate records {list(CERTIFICATE_KEYS)}.")
             else:
                 out += _certificate_problems(c, uses_model(self.decision_rule))
+                out += certificate_field_problems(c, self.ladder or PAIR)
         return out
 
     @property
@@ -310,6 +317,13 @@ def _certificate_problems(c: dict, learned: bool) -> list[str]:
     if losses is not None and isinstance(n, int) and (isinstance(losses, bool) or not isinstance(losses, int)
                                                       or not 0 <= losses <= n):
         out.append(f"`certificate['losses']` must be an integer in [0, n = {n}]. Got {losses!r}.")
+    gains = c.get("gains")  # the difference's -1 rows (certificates before it have none)
+    if gains is not None and isinstance(n, int) and (isinstance(gains, bool) or not isinstance(gains, int)
+                                                     or not 0 <= gains <= n - (losses if isinstance(losses, int) else 0)):
+        out.append(f"`certificate['gains']` must be an integer in [0, n - losses]. Got {gains!r}.")
+    if c.get("loss_kind", "regret") not in ("difference", "regret", "error", "none"):
+        out.append(f"`certificate['loss_kind']` must be one of difference, regret, error, none. Got "
+                   f"{c.get('loss_kind')!r}.")
     if c.get("feasible") is False and bound is not None and learned:
         out.append("`certificate` says the target is infeasible, yet the rule is a learned one: an infeasible "
                    "calibration falls back to a fixed strategy. Re-export the router with train-router.")

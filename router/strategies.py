@@ -28,6 +28,7 @@ DEFAULT_K_GRID = (16, 32, 64, 128, 256)
 FEATURE_STAGES = ("prompt", LARGE_DIRECT, SMALL_DIRECT)  # the stages of a pair; a ladder adds `<alias>_direct`
 MODES = ("direct", "reason")
 MAX_LADDER = 10
+MAX_KEEP_TOKENS = 65536  # K of transfer_<K>: no reasoning run is longer (a larger K is a typo or an attack)
 
 _ALIAS = r"(?:small|large|mid\d*)"
 _ALIAS_RE = re.compile(rf"^{_ALIAS}$")
@@ -142,6 +143,11 @@ def check_ladder(aliases) -> None:
                                    f"(cheapest first). Got {list(aliases)}.")
 
 
+def _keep_ok(digits: str) -> bool:
+    """Whether the digits of a K are an integer in [1, MAX_KEEP_TOKENS] (checked by length first: no huge int)."""
+    return len(digits) <= len(str(MAX_KEEP_TOKENS)) and 0 < int(digits) <= MAX_KEEP_TOKENS
+
+
 def parse_strategy(strategy_id: str) -> Strategy:
     """Parse and validate a strategy id; raises UnknownStrategyError naming the valid ids."""
     if isinstance(strategy_id, Strategy):
@@ -156,17 +162,17 @@ def parse_strategy(strategy_id: str) -> Strategy:
     if strategy_id == TRANSFER_ALL:
         return Strategy(TRANSFER_ALL, "transfer", None, "transfer", LARGE, SMALL)
     m = _TRANSFER_RE.match(strategy_id)
-    if m and int(m.group(1)) > 0:
+    if m and _keep_ok(m.group(1)):
         return Strategy(strategy_id, "transfer", int(m.group(1)), "transfer", LARGE, SMALL)
     m = _LADDER_TRANSFER_RE.match(strategy_id)
-    if m and is_alias(m.group("src")) and is_alias(m.group("dst")) and (m.group("k") == "all" or int(m.group("k")) > 0):
+    if m and is_alias(m.group("src")) and is_alias(m.group("dst")) and (m.group("k") == "all" or _keep_ok(m.group("k"))):
         src, dst = m.group("src"), m.group("dst")
         if alias_rank(src) < alias_rank(dst):
             k = None if m.group("k") == "all" else int(m.group("k"))
             return Strategy(transfer_id(k, src, dst), "transfer", k, "transfer", dst, src)
     raise UnknownStrategyError(
         f"Unknown strategy id {strategy_id!r}. Valid ids are "
-        f"{one_of([*BASE_STRATEGIES, TRANSFER_ALL])} or 'transfer_<K>' with K a positive integer "
+        f"{one_of([*BASE_STRATEGIES, TRANSFER_ALL])} or 'transfer_<K>' with K an integer in [1, {MAX_KEEP_TOKENS}] "
         f"(e.g. 'transfer_64'); on a ladder also '<model>_direct', '<model>_reason' and "
         f"'transfer_<from>_<to>_<K|all>' (e.g. 'mid_direct', 'transfer_small_mid_64'), models named "
         "small, mid (mid1, mid2, ... beyond three models) and large, a transfer going to a more expensive model."
@@ -193,6 +199,8 @@ def parse_k_grid(value) -> tuple[int, ...]:
 
     items = value.split(",") if isinstance(value, str) else list(value)
     try:
+        if any(len(str(k).strip()) > 12 for k in items):
+            raise ValueError("too many digits")
         ks = sorted({int(str(k).strip()) for k in items if str(k).strip()})
     except ValueError:
         raise ConfigError(
@@ -202,6 +210,9 @@ def parse_k_grid(value) -> tuple[int, ...]:
         raise ConfigError(
             f"The K grid must hold at least one positive integer, e.g. '16,32,64'. Got {value!r} instead."
         )
+    if ks[-1] > MAX_KEEP_TOKENS:
+        raise ConfigError(f"The K grid's values must be at most {MAX_KEEP_TOKENS} (a router with a larger K does not "
+                          f"load). Got {ks[-1]} in {value!r}; a K beyond the reasoning length is transfer_all.")
     return tuple(ks)
 
 

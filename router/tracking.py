@@ -20,13 +20,15 @@ CHAMPION_ALIAS = "champion"
 DEFAULT_EXPERIMENT = "routedvlm"
 
 
-def resolve_tracking_uri(uri: str | None = None) -> str:
-    """`uri` if given (also $MLFLOW_TRACKING_URI), else the local sqlite store (folder created)."""
+def resolve_tracking_uri(uri: str | None = None, *, create: bool = True) -> str:
+    """`uri` if given (also $MLFLOW_TRACKING_URI), else the local sqlite store (its folder created unless `create`
+    is False: a lookup creates nothing)."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
     folder = Path.cwd().resolve() / DEFAULT_TRACKING_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 

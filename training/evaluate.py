@@ -71,7 +71,7 @@ def mutual_verification_row(test: pd.DataFrame, k: int | None, ref) -> dict | No
 
 def required_accuracy(spec, test: pd.DataFrame) -> float | None:
     """The accuracy the certified claim promises on `test` (None for latency budgets)."""
-    if spec.kind == "regret":
+    if spec.relative:
         return float(test[f"correct__{spec.reference}"].mean()) - spec.alpha
     return 1.0 - spec.alpha if spec.kind == "error" else None
 

@@ -16,6 +16,7 @@ from routedvlm.router.router_types import ROUTER_TYPES, type_facts
 
 from .config import TrainConfig
 from .labels_io import content_hash, load_labels
+from .meaning import encoder_params
 from .split import split_labels
 from .steps import (TrainResult, base_policy, candidate_strategies, certify_and_evaluate, choose_fallback, finish,
                     fit_router, jsonable, plan, policy_metrics, prompt_template_of, write_outputs)
@@ -62,6 +63,7 @@ def train_lightgbm(config: TrainConfig, labels: pd.DataFrame, metadata: dict) ->
     log.info("split %s; %d candidates; %d features; paid stages %s", split.sizes(), len(candidates), len(features), paid)
     router = fit_router(config, split, candidates, features, paid, labels_hash,
                         prompt_template=prompt_template_of(metadata))
+    router.policy.params.update(encoder_params(metadata, features))
     evaluation = certify_and_evaluate(config, router, split)
     return finish(config, router, evaluation, split, metadata, labels_hash)
 

@@ -14,7 +14,9 @@ BINS = 10
 
 
 def probability_report(proba: pd.DataFrame, test: pd.DataFrame, train: pd.DataFrame | None = None) -> dict:
-    """{strategy: {brier, brier_base_rate, mean_p, accuracy, reliability: [[mean_p, observed, n], ...]}}."""
+    """{strategy: {brier, brier_base_rate, auroc, mean_p, accuracy, reliability: [[mean_p, observed, n], ...]}}
+    (`auroc`: how well P(correct) ranks the strategy's right answers above its wrong ones; None when the test rows
+    hold only one of the two)."""
     out = {}
     for s in proba.columns:
         p = proba[s].to_numpy(dtype=float)
@@ -24,8 +26,21 @@ def probability_report(proba: pd.DataFrame, test: pd.DataFrame, train: pd.DataFr
         table = [[float(p[bins == b].mean()), float(y[bins == b].mean()), int((bins == b).sum())]
                  for b in range(BINS) if (bins == b).any()]
         out[s] = {"brier": float(np.mean((p - y) ** 2)), "brier_base_rate": float(np.mean((base - y) ** 2)),
+                  "auroc": auroc(p, y),
                   "mean_p": float(p.mean()), "accuracy": float(y.mean()), "reliability": table}
     return out
+
+
+def auroc(p: np.ndarray, y: np.ndarray) -> float | None:
+    """The area under the ROC curve of scores `p` for 0/1 outcomes `y` (ties count half); None for one class."""
+    from scipy.stats import rankdata
+
+    pos = y > 0.5
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if not n_pos or not n_neg:
+        return None
+    ranks = rankdata(p)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def summary_line(report: dict) -> str:
@@ -35,7 +50,9 @@ def summary_line(report: dict) -> str:
     brier = np.mean([r["brier"] for r in report.values()])
     base = np.mean([r["brier_base_rate"] for r in report.values()])
     worst = max(report.items(), key=lambda kv: kv[1]["mean_p"] - kv[1]["accuracy"])
-    return (f"probabilities on test: mean Brier {brier:.4f} (base rate {base:.4f}) over {len(report)} strategies; "
+    aucs = [r["auroc"] for r in report.values() if r.get("auroc") is not None]
+    auc = f", mean AUROC {np.mean(aucs):.3f}" if aucs else ""
+    return (f"probabilities on test: mean Brier {brier:.4f} (base rate {base:.4f}){auc} over {len(report)} strategies; "
             f"most over-confident {worst[0]}: mean P {worst[1]['mean_p']:.3f} vs accuracy {worst[1]['accuracy']:.3f}")
 
 

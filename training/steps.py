@@ -71,6 +71,27 @@ def _check_learnable(df: pd.DataFrame, candidates: list[str]) -> None:
                             "route to. Check the scorer and the reference answers (routedvlm labels validate).")
 
 
+def resolve_mode(config: TrainConfig, candidates: list[str]) -> str:
+    """Settle `config.mode` 'auto' on the candidates (config.py) and say which mode and why (a log line, and
+    `config.mode_choice`, which policy.json's params and MLflow record). Returns the mode."""
+    from routedvlm.router.strategies import parse_strategy
+
+    if config.mode != "auto":
+        config.mode_choice = getattr(config, "mode_choice", None) or f"{config.mode} (given)"
+        return config.mode
+    direct = [s for s in candidates if parse_strategy(s).mode == "direct"]
+    if len(direct) == len(candidates):
+        config.mode = "one-shot"
+        config.mode_choice = (f"one-shot (auto: the candidates {', '.join(candidates)} are direct answers only; a "
+                              "cascade would pay the strongest one first and could save nothing)")
+    else:
+        config.mode = "cascade"
+        config.mode_choice = ("cascade (auto: the candidates include reasoning or transfer strategies to escalate to "
+                              "after the paid direct answer)")
+    log.info("mode: %s", config.mode_choice)
+    return config.mode
+
+
 def default_output_dir() -> Path:
     return Path("runs") / f"router-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
@@ -86,6 +107,7 @@ def plan(config: TrainConfig, labels: pd.DataFrame, metadata: dict | None = None
     check_enough_rows(labels, int((metadata or {}).get("failed_rows") or 0))  # the row count first: nothing else helps
     candidates = candidate_strategies(labels, config.strategies or (metadata or {}).get("candidates"))
     _check_learnable(labels, candidates)
+    resolve_mode(config, candidates)
     features = fitmod.select_features(labels, config.mode, config.features, config.with_small_direct)
     if train is None:
         train = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed).train
@@ -137,7 +159,10 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
 def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,
                 params: dict, *, prompt_template: dict | None = None):
     """The Policy every trained router type starts from (tau not yet calibrated): candidates, features, expected
-    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's."""
+    costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's
+    (and `mode_choice`: which mode and why, steps.resolve_mode)."""
+    resolve_mode(config, candidates)
+    params = {**params, "mode_choice": config.mode_choice}
     from routedvlm.router.policy import Policy
 
     from .costs import expected_costs
@@ -163,9 +188,11 @@ def policy_metrics(ev: dict) -> dict:
            "test_standard_error": ev["standard_error_test"],
            "calibration_accuracy": cal["accuracy"], "calibration_mean_latency_ms": cal["mean_latency_ms"],
            "calibration_rows": cal["n"], "certificate_delta": cert["delta"],
+           "certificate_delta_each": cert.get("delta_each", cert["delta"]),
            "certificate_delta_after_selection": cert.get("delta_after_selection"), "certificate_bound": cert["bound"],
            "certificate_risk_observed": cert["risk_observed"], "certificate_p_value": cert["p_value"],
-           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"]}
+           "certificate_feasible": cert["feasible"], "certificate_rows_needed": cert["rows_needed"],
+           "certificate_trivial": cert.get("trivial", False)}
     out.update({f"auc_{k}": v for k, v in ev["auc"].items()})
     return out
 
@@ -199,7 +226,7 @@ def certify_and_evaluate(config, router, split) -> dict:
 
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
              len(split.calibration))
-    cal = certify(router, split.calibration, split.train, config.target, config.delta)
+    cal = certify(router, split.calibration, split.train, config.target, config.delta, chains=config.chains)
     apply_to_policy(router.policy, cal)
     log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train,
@@ -228,7 +255,10 @@ def finish(config, router, evaluation: dict, split, metadata: dict, labels_hash:
     """Metrics into the policy, the outputs written, the TrainResult."""
     from .report import format_table
 
+    from routedvlm.router.checkpoint_identity import checkpoints_of
+
     router.policy.metrics = policy_metrics(evaluation)
+    router.policy.checkpoints = checkpoints_of((metadata or {}).get("models"), router.policy.ladder)
     out = Path(config.output_dir) if config.output_dir else default_output_dir()
     write_outputs(router, evaluation, out)
     return TrainResult(router, evaluation, out, metadata, labels_hash, test=split.test, table=format_table(evaluation))

@@ -31,6 +31,7 @@ def _flat_params(config, result) -> dict:
                              portable_path(v) if k in PATH_PARAMS and isinstance(v, str) else v)
               for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
+    params["train.mode_choice"] = str(getattr(config, "mode_choice", "") or "")[:500]
     for key, value in sorted(result.metadata.items()):
         if key == "source_path" and result.metadata.get("embedded"):
             value = "routedvlm/data/toyworld/labels.parquet"  # the installed package's file, wherever that is
@@ -43,6 +44,7 @@ def _flat_params(config, result) -> dict:
                    "certificate.method": cert.get("method", ""), "certificate.loss": cert.get("loss", ""),
                    "certificate.statement": str(cert.get("statement", ""))[:500],
                    "certificate.calibration_hash": cert.get("calibration_hash", ""),
+                   "certificate.outcome": cert.get("outcome", ""), "certificate.loss_kind": cert.get("loss_kind", ""),
                    "policy.fallback": policy.fallback, "policy.mode": policy.mode,
                    "policy.paid_stages": ",".join(policy.paid_stages), "policy.n_features": len(policy.features),
                    "policy.strategies": ",".join(policy.strategies)})
@@ -55,9 +57,12 @@ def _metrics(ev: dict) -> dict:
            "auc_single_strategies": ev["auc_single_strategies"], **{f"auc_{k}": v for k, v in ev["auc"].items()},
            **{f"certificate_{k}": float(cert[k]) for k in ("delta", "delta_each", "delta_after_selection",
                                                             "routers_compared", "n", "bound", "risk_observed",
-                                                            "p_value", "rows_needed", "feasible") if cert.get(k) is not None}}
+                                                            "p_value", "rows_needed", "feasible", "trivial")
+                                                            if cert.get(k) is not None}}
     for s, r in (ev.get("probabilities") or {}).items():
         out[f"brier.{s}"] = r["brier"]
+        if r.get("auroc") is not None:
+            out[f"auroc.{s}"] = r["auroc"]
     for row in ev["rows"]:
         key = ("learned" if row["kind"] == "learned" else "pair_" + "_".join(row["pair"]) if row["kind"] == "pair"
                else "".join(c if c.isalnum() else "_" for c in row["name"]).strip("_"))

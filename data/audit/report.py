@@ -8,7 +8,7 @@ import logging
 
 import pandas as pd
 
-from routedvlm.errors import LabelsError
+from routedvlm.errors import InputError, LabelsError
 from routedvlm.inference.audit.bounds import lower_bound, upper_bound
 from routedvlm.inference.audit.monitor import AuditMonitor
 
@@ -33,8 +33,11 @@ def replay(df: pd.DataFrame) -> tuple[AuditMonitor, pd.DataFrame]:
             if rec.kind == "audit":
                 mon.record(rec.request_id, bool(rec.agree), when=float(rec.time))
             elif rec.kind == "feedback":
-                mon.feedback(rec.request_id, bool(rec.reference_correct) and not bool(rec.routed_correct),
-                             when=float(rec.time))
+                try:
+                    mon.feedback(rec.request_id, bool(rec.reference_correct) and not bool(rec.routed_correct),
+                                 when=float(rec.time))
+                except InputError:  # gold for an audit not in the log (lost unflushed, or refused live): not counted
+                    continue
             h = mon.history[-1]
             rows.append({**h, "upper": upper_bound(h["upper_sum"], h["epoch_audits"], h["level"]),
                          "lower": lower_bound(h["lower_sum"], h["epoch_audits"], h["level"]), "kind": rec.kind})

@@ -95,6 +95,10 @@ class LabelConfig:
     cost: str | None = field(default=None, metadata={"help": "profile.json: price stages with a fitted latency model"})
     cost_model_small: str | None = field(default=None, metadata={"help": "profiled model that prices the small side"})
     cost_model_large: str | None = field(default=None, metadata={"help": "profiled model that prices the large side"})
+    encoder: str | None = field(default=None, metadata={"help": "add meaning features (feat__prompt__meaning_<i>): "
+                                "each question embedded by this sentence encoder, a folder or hub id (docs/labelling.md)"})
+    encoder_dims: int = field(default=16, metadata={"help": "meaning features per question: the embedding's random "
+                              "projection to this many values (default 16)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
                                     "when both sides are servers, else 1; local models run one sample at a time)"})
@@ -121,6 +125,8 @@ class LabelConfig:
             check_spec(spec, f"`{alias}` model")  # installed (vLLM), is refused here, before anything runs
         for alias, spec in self.ladder_reasoners().items():
             check_spec(spec, f"`{alias}` reasoner")
+        if isinstance(self.encoder_dims, bool) or not isinstance(self.encoder_dims, int) or self.encoder_dims < 1:
+            raise ConfigError(f"The `encoder_dims` setting must be a positive integer. Got {self.encoder_dims!r} instead.")
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:

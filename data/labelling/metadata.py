@@ -115,6 +115,7 @@ def build_metadata(cfg, pipe, device: str, source, cost_meta: dict) -> dict:
     from routedvlm.router.provenance import now_iso
 
     from ..adapters import get_adapter
+    from .models import meaning_of
 
     models = {alias: side_info(side) for alias, side in pipe.sides.items()}
     remote = [alias for alias in models if "server" in models[alias]]  # sides measured over HTTP
@@ -127,7 +128,7 @@ def build_metadata(cfg, pipe, device: str, source, cost_meta: dict) -> dict:
         "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
         "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
-        "run_settings": cfg.settings(),
+        "run_settings": cfg.settings(), **({"encoder": meaning_of(cfg).spec()} if cfg.encoder else {}),
     }
 
 

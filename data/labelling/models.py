@@ -16,6 +16,7 @@ def load_pipeline(cfg: LabelConfig):
     from .config import every_side
 
     set_threads(cfg.threads)
+    meaning_of(cfg)  # registers the meaning features label_sample computes (in every worker process)
     device = "remote" if every_side(cfg, "remote") else resolve_device(cfg.device)
     reasoners, loaded = cfg.ladder_reasoners(), {}
     sides = []
@@ -49,3 +50,23 @@ def stage_cost(cfg: LabelConfig, source: str):
                              large_path=cfg.large, ladder={a: (named.get(a), spec) for a, spec in cfg.ladder_specs().items()})
     return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
                          small_path=cfg.small, large_path=cfg.large)
+
+
+_MEANING: dict = {}
+PROBE_PROMPTS = ("What is shown in the image?", "How many red objects are there? Answer with a number.",
+                 "Is the largest bar taller than the second largest one? Answer yes or no.")
+
+
+def meaning_of(cfg: LabelConfig):
+    """The meaning features of `cfg.encoder` (loaded once per process and registered; None without an encoder), its
+    cost measured on a few probe prompts."""
+    if not cfg.encoder:
+        return None
+    key = (cfg.encoder, cfg.encoder_dims)
+    if key not in _MEANING:
+        from routedvlm.inference.encoders import load_meaning
+
+        meaning = load_meaning(cfg.encoder, cfg.encoder_dims)
+        meaning.ms_per_prompt = round(meaning.encoder.ms_per_prompt(PROBE_PROMPTS), 3)
+        _MEANING[key] = meaning
+    return _MEANING[key]

@@ -89,5 +89,3 @@ def process(pipe, cfg: LabelConfig, position, sample_id, load, source_name, stag
         log.warning("sample %s failed: %s: %s", sample_id, type(exc).__name__, exc)
         row = {**_base_row(position, sample_id, sample, source_name), ERROR_COLUMN: f"{type(exc).__name__}: {exc}"}
     return row
-
-

@@ -14,7 +14,9 @@ import sys
 
 EPILOG = ("examples: routedvlm labels validate labels.parquet --json\n          routedvlm labels validate ray_out/ --strict\n"
           "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet\n"
-          "          routedvlm labels import-outcomes --layout mmr-bench mmr.csv --order 2B 4B 8B --out mmr.parquet")
+          "          routedvlm labels import-outcomes --layout mmr-bench mmr.csv --order 2B 4B 8B --out mmr.parquet\n"
+          "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet "
+          "--encoder ./all-MiniLM-L6-v2")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,8 +41,15 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--small", help="two models: the cheaper model's column name (default: RouteLLM's weak model, or "
                    "the lower mean cost)")
     i.add_argument("--dataset", default="imported", help="the `dataset` value of every row")
+    i.add_argument("--cost-ms", default="", help="a cost per call for each model, e.g. 'mixtral=1,gpt-4=10' "
+                   "(milliseconds or any unit, by the table's column name): for a table with correctness columns but "
+                   "no response or cost column (also orders the models, cheapest first)")
     i.add_argument("--ms-per-token", default="", help="routellm layout: price per response token by alias or model, "
                    "e.g. 'small=10,large=30' (the default; middle models evenly between)")
+    i.add_argument("--encoder", metavar="FOLDER_OR_ID", help="add meaning features (feat__prompt__meaning_<i>): the "
+                   "questions embedded by this sentence encoder (a local folder or hub id; see docs/labelling.md)")
+    i.add_argument("--encoder-dims", type=int, default=16, help="meaning features per question: the embedding's "
+                   "random projection to this many values (default 16; the encoder's size keeps it whole)")
     return p
 
 
@@ -51,6 +60,7 @@ def import_command(args) -> int:
 
     from .outcomes import import_outcomes, outcome_metadata
     from .schema import write_labels
+    from .validate import inspect_labels
 
     try:
         prices = {k.strip(): float(v) for k, v in (item.split("=", 1) for item in args.ms_per_token.split(",") if item)}
@@ -58,12 +68,25 @@ def import_command(args) -> int:
         raise ConfigError(f"`--ms-per-token` must look like 'small=10,large=30'. Got {args.ms_per_token!r} "
                           "instead.") from exc
     try:
+        costs = {k.strip(): v.strip() for k, v in (item.rsplit("=", 1) for item in args.cost_ms.split(",") if item)}
+    except ValueError as exc:
+        raise ConfigError(f"`--cost-ms` must look like 'MODEL_A=1,MODEL_B=10'. Got {args.cost_ms!r} instead.") from exc
+    try:
         df = pd.read_parquet(args.file) if str(args.file).endswith(".parquet") else pd.read_csv(args.file)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise LabelsError(f"Cannot read the outcome table {args.file!r}: {exc}") from exc
     labels = import_outcomes(df, args.layout, order=args.order, small=args.small, dataset=args.dataset,
-                             ms_per_token=prices, min_score=args.min_score)
-    write_labels(labels, args.out, outcome_metadata(labels, args.layout, args.file))
+                             ms_per_token=prices, min_score=args.min_score, cost_ms=costs or None)
+    metadata = outcome_metadata(labels, args.layout, args.file)
+    if args.encoder:
+        from .outcomes import with_meaning
+
+        labels, metadata["encoder"] = with_meaning(labels, args.encoder, args.encoder_dims)
+    problems, _ = inspect_labels(labels, metadata, strict=False)
+    if problems:  # the table's checks should have caught it: never write what `labels validate` rejects
+        raise LabelsError(f"The imported labels would not validate ({len(problems)} problem(s)); nothing written: "
+                          f"{problems[0]}")
+    write_labels(labels, args.out, metadata)
     parts = [f"{a}_direct = {m} (accuracy {labels[f'correct__{a}_direct'].mean():.3f})"
              for a, m in labels.attrs["models"].items()]
     print(f"wrote {len(labels)} rows to {args.out}: " + ", ".join(parts))

@@ -11,8 +11,11 @@ length) column per model, N >= 2 models:
 The models, ordered cheapest first (`order`, or by mean cost), map onto the ladder aliases (`small`, `mid`/`mid<i>`,
 `large`: `router/strategies.ladder_aliases`) as `<alias>_direct`. Costs (`latency_ms__<s>`): the table's cost column
 (mmr-bench, routerbench), else the response length in tokens (characters / 4) x a ms-per-token price per alias or
-model name (`ms_per_token`; defaults: small 10, large 30, middle models evenly between). Features: prompt features
-only (inference/features.py, the code the runtime runs), the image-free ones.
+model name (`ms_per_token`; defaults: small 10, large 30, middle models evenly between); or, for a table with
+correctness columns but no response or cost column (RouteLLM publishes such tables), a fixed cost per call given per
+model (`cost_ms`, the CLI's `--cost-ms`), which also orders the models when `order` is not given. Features: prompt
+features only (inference/features.py, the code the runtime runs), the image-free ones; `with_meaning` adds the meaning
+features of an encoder (inference/encoders).
 """
 from __future__ import annotations
 
@@ -25,14 +28,21 @@ import pandas as pd
 
 from routedvlm.errors import LabelsError
 
+from .outcome_checks import check_flags, check_table
+
 LAYOUTS = ("mmr-bench", "routellm", "routerbench")
 DEFAULT_MS_PER_TOKEN = {"small": 10.0, "large": 30.0}
 KNOWN_LARGE = ("gpt-4-1106-preview",)  # RouteLLM's strong model: the large side when no order is given
 ROUTERBENCH_COST, ROUTERBENCH_RESPONSE = "|total_cost", "|model_response"
 
 
-def model_columns(df: pd.DataFrame, layout: str) -> list[str]:
-    """The model names a table holds, in file order."""
+def model_columns(df: pd.DataFrame, layout: str, cost_ms: dict | None = None) -> list[str]:
+    """The model names a table holds, in file order (with `cost_ms`: also the models it names that have only a
+    correctness column)."""
+    if cost_ms and layout in ("routellm", "mmr-bench"):
+        named = [c for c in df.columns if c in cost_ms or (layout == "mmr-bench" and c.endswith("_correct")
+                                                           and c[: -len("_correct")] in cost_ms)]
+        return [c[: -len("_correct")] if layout == "mmr-bench" and c not in cost_ms else c for c in named]
     if layout == "routellm":
         return [c for c in df.columns if f"{c}_response" in df.columns or f"{c}_response_chars" in df.columns]
     if layout == "mmr-bench":
@@ -79,6 +89,12 @@ def response_chars(df: pd.DataFrame, model: str) -> np.ndarray:
     return pd.to_numeric(df[f"{model}_response_chars"], errors="coerce").fillna(0).to_numpy(dtype=float)
 
 
+def _cost_columns(df: pd.DataFrame, layout: str, models) -> list[str]:
+    """The table's cost (or response-length) columns of `models` (checked by outcome_checks.check_table)."""
+    suffix = {"mmr-bench": "_cost", "routerbench": ROUTERBENCH_COST, "routellm": "_response_chars"}[layout]
+    return [f"{m}{suffix}" for m in models if f"{m}{suffix}" in df.columns]
+
+
 def _responses(df: pd.DataFrame, layout: str, model: str):
     col = f"{model}{ROUTERBENCH_RESPONSE}" if layout == "routerbench" else f"{model}_response"
     return df[col].fillna("").astype(str).str[-200:].to_numpy() if col in df.columns else ""
@@ -90,7 +106,7 @@ def _prompt_text(raw) -> str:
     if text.startswith("["):
         try:
             turns = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):  # e.g. '[' + 200,000 '-' + '1]': kept as text
             return text
         if isinstance(turns, (list, tuple)):
             return "\n\n".join(str(t) for t in turns)
@@ -104,7 +120,8 @@ def default_prices(aliases) -> dict[str, float]:
 
 
 def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | None = None, dataset: str = "imported",
-                    ms_per_token: dict | None = None, min_score: float = 0.5) -> pd.DataFrame:
+                    ms_per_token: dict | None = None, min_score: float = 0.5,
+                    cost_ms: dict | None = None) -> pd.DataFrame:
     """A direct-only labels table from an outcome table in `layout` (module docstring). `order`: the table's models
     cheapest first (all of them or the ones to keep; default: by mean cost, or RouteLLM's known strong model last for
     two); `small`: the cheaper model of a two-model table (the older spelling of `order`). The ladder is in
@@ -113,7 +130,12 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
     from routedvlm.inference.features import compute_features, feature_names
     from routedvlm.router.strategies import MAX_LADDER, ladder_aliases
 
-    models = _ordered(df, layout, model_columns(df, layout), order, small)
+    check_flags(min_score, ms_per_token)
+    cost_ms = _check_costs(df, layout, cost_ms)
+    found = model_columns(df, layout, cost_ms)
+    if not found and layout == "routellm":
+        raise LabelsError(no_cost_message(df))
+    models = _ordered(df, layout, found, order, small, cost_ms)
     if not 2 <= len(models) <= MAX_LADDER:
         raise LabelsError(f"import-outcomes needs 2 to {MAX_LADDER} model columns; the table has {len(models)}: "
                           f"{models}. Check the --layout, or keep fewer models with --order.")
@@ -126,6 +148,7 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
     question_col = "prompt" if "prompt" in df.columns else "question"
     if question_col not in df.columns:
         raise LabelsError(f"The table has no `prompt` or `question` column (columns: {list(df.columns)[:8]}).")
+    check_table(df, layout, _cost_columns(df, layout, models), question_col)
     questions = df[question_col].map(_prompt_text)
     ids = ([str(s) for s in df["sample_id"]] if layout == "routerbench" and "sample_id" in df.columns else
            [f"{dataset}-{i:05d}-{hashlib.sha256(q.encode()).hexdigest()[:16]}" for i, q in enumerate(questions)])
@@ -135,6 +158,10 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
         strategy = f"{alias}_direct"
         out[f"answer__{strategy}"] = _responses(df, layout, model)
         out[f"correct__{strategy}"] = _correct(df, layout, model, min_score)
+        if cost_ms:
+            out[f"latency_ms__{strategy}"] = np.full(len(df), float(cost_ms[model]))
+            out[f"output_tokens__{strategy}"] = 0
+            continue
         out[f"latency_ms__{strategy}"] = _costs(df, layout, model, prices.get(model, prices[alias]))
         out[f"output_tokens__{strategy}"] = np.round(_costs(df, layout, model, 1.0) if layout == "routellm"
                                                      else np.zeros(len(df))).astype(int)
@@ -144,10 +171,51 @@ def import_outcomes(df: pd.DataFrame, layout: str, *, order=None, small: str | N
     out["label"] = compute_labels(out, [f"{a}_direct" for a in aliases]).to_numpy()
     out.attrs["models"] = dict(zip(aliases, models))
     out.attrs["ladder"] = list(aliases)
+    if cost_ms:
+        out.attrs["cost_ms"] = {m: cost_ms[m] for m in models}
     return out
 
 
-def _ordered(df: pd.DataFrame, layout: str, models: list[str], order, small) -> list[str]:
+def no_cost_message(df: pd.DataFrame) -> str:
+    """Why a RouteLLM-layout table without response (or cost) columns cannot be imported, and the fix."""
+    flags = [c for c in df.columns if c not in ("prompt", "question") and _looks_boolean(df[c])]
+    named = ", ".join(repr(c) for c in flags[:4]) or "the models' correctness columns"
+    example = ",".join(f"{c}={v}" for c, v in zip(flags[:2], (1, 10))) or "MODEL_A=1,MODEL_B=10"
+    return (f"The table has correctness columns ({named}) but no `<model>_response` (or `<model>_response_chars`) "
+            f"column to price each answer by. Give each model's cost per call with --cost-ms, e.g. --cost-ms "
+            f"'{example}' (the models are then ordered by it, cheapest first).")
+
+
+def _looks_boolean(series: pd.Series) -> bool:
+    text = series.dropna().astype(str).str.strip().str.lower()
+    return len(text) > 0 and bool(text.isin(["true", "false", "1", "0", "1.0", "0.0"]).all())
+
+
+def _check_costs(df: pd.DataFrame, layout: str, cost_ms: dict | None) -> dict | None:
+    """`cost_ms` checked: finite costs > 0, each naming a correctness column of the table."""
+    if not cost_ms:
+        return None
+    if layout == "routerbench":
+        raise LabelsError("`--cost-ms` is for tables without cost columns (routellm, mmr-bench); the routerbench "
+                          "layout carries `<model>|total_cost`.")
+    out = {}
+    for model, value in cost_ms.items():
+        column = model if layout == "routellm" else f"{model}_correct"
+        if column not in df.columns:
+            raise LabelsError(f"`--cost-ms` names {model!r}, which has no correctness column {column!r} in the "
+                              f"table (columns: {list(df.columns)[:8]}).")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            v = float("nan")
+        if not (np.isfinite(v) and v > 0):
+            raise LabelsError(f"`--cost-ms` gives {model!r} the cost {value!r}; a cost per call must be a finite "
+                              "number of milliseconds > 0.")
+        out[model] = v
+    return out
+
+
+def _ordered(df: pd.DataFrame, layout: str, models: list[str], order, small, cost_ms=None) -> list[str]:
     """The models to import, cheapest first."""
     if order:
         order = list(order)
@@ -163,12 +231,15 @@ def _ordered(df: pd.DataFrame, layout: str, models: list[str], order, small) -> 
             raise LabelsError(f"`--small` names the cheaper of two models; the table has {len(models)}: {models}. "
                               "Give them all cheapest first with --order.")
         return [small, next(m for m in models if m != small)]
+    if cost_ms:
+        return sorted(models, key=lambda m: (cost_ms[m], models.index(m)))
     if layout == "routellm":
         known = [m for m in models if m.split("/")[-1] in KNOWN_LARGE]
         if len(models) == 2 and len(known) == 1:
             return [next(m for m in models if m not in known), known[0]]
         raise LabelsError(f"Cannot tell the cost order of {models} (the RouteLLM layout has no cost column); name the "
-                          "models cheapest first with --order (or the cheaper of two with --small).")
+                          "models cheapest first with --order (or the cheaper of two with --small), or give each model's cost per call "
+                          "with --cost-ms.")
     means = {m: float(np.nanmean(_costs(df, layout, m, 1.0))) if len(df) else 0.0 for m in models}
     return sorted(models, key=lambda m: (means[m], models.index(m)))
 
@@ -181,7 +252,24 @@ def outcome_metadata(labels: pd.DataFrame, layout: str, source: str) -> dict:
             "candidates": [f"{a}_direct" for a in ladder], "prompt_template": {"name": "none", "text": None,
                                                                                "instructions": None},
             "execution": f"imported outcome table ({layout})", "source_path": str(source),
-            "costs": "response tokens (chars / 4) x ms per token" if layout == "routellm" else "the table's cost"}
+            "costs": ("a fixed cost per call given with --cost-ms: " + json.dumps(labels.attrs["cost_ms"])
+                      if labels.attrs.get("cost_ms") else "response tokens (chars / 4) x ms per token"
+                      if layout == "routellm" else "the table's cost")}
     if len(ladder) > 2:
         meta["ladder"] = list(ladder)
     return meta
+
+
+def with_meaning(labels: pd.DataFrame, encoder: str, dims: int, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """`labels` plus the meaning features (`feat__prompt__meaning_<i>`, inference/encoders) of their questions, from
+    the sentence encoder at `encoder` (a folder or hub id), and the encoder's spec for the labels' metadata (identity,
+    file hashes, projection, measured ms per prompt)."""
+    from routedvlm.inference.encoders import load_meaning
+
+    meaning = load_meaning(encoder, dims, seed)
+    questions = labels["question"].astype(str).tolist()
+    meaning.ms_per_prompt = round(meaning.encoder.ms_per_prompt(questions), 3)
+    out = pd.concat([labels.drop(columns=[c for c in meaning.names if c in labels.columns]),
+                     meaning.frame(questions, index=labels.index)], axis=1)
+    out.attrs = dict(labels.attrs)
+    return out, meaning.spec()

@@ -52,7 +52,9 @@ class AuditConfig:
 def promise(policy, cfg: AuditConfig) -> tuple[str, float, str]:
     """(reference strategy, alpha, where they come from) for a router's policy."""
     cert = getattr(policy, "certificate", None) or {}
-    regret = str(cert.get("loss", "")).startswith("regret") and cert.get("reference") and cert.get("risk_limit")
+    # a difference certificate is audited on the regret (>= the difference): "holding" then implies the certificate
+    regret = (str(cert.get("loss", "")).startswith(("regret", "accuracy difference")) and cert.get("reference")
+              and cert.get("risk_limit"))
     reference = cfg.reference or (cert["reference"] if regret else DEFAULT_REFERENCE)
     alpha = cfg.alpha if cfg.alpha is not None else (float(cert["risk_limit"]) if regret else None)
     if alpha is None:

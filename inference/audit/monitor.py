@@ -4,6 +4,9 @@ Each audit of a uniformly sampled request gives d = 1[routed answer != reference
 gives r = 1[reference right and routed wrong] (the certified regret; r <= d). Upper bound on the regret rate: the
 confidence sequence of bounds.py on z = r where gold is known, else d (z >= r, so it bounds the regret whether or
 not gold arrives, and however it is chosen). Lower bound: on y = r where gold is known, else 0 (y <= r).
+Gold comes only from the holder of the feedback key (serve --feedback-key), and each audited request's once; the
+snapshot reports the gold-free upper bound (on the disagreement rate alone) beside the gold-informed one, so a
+status that gold moved is never mixed in silently.
 Status: *holding* (upper bound <= alpha), *violated* (lower bound > alpha: only with gold), else *unproven*; within
 an epoch a status once reached stays (the running intersection of the bounds, valid like the bounds themselves).
 Audits are grouped in epochs of `window` audits (0: one epoch for ever); epoch k uses level
@@ -20,7 +23,7 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from routedvlm.errors import ConfigError, InputError
@@ -31,6 +34,7 @@ logger = logging.getLogger(__name__)
 HOLDING, UNPROVEN, VIOLATED = "holding", "unproven", "violated"
 STATUSES = (HOLDING, UNPROVEN, VIOLATED)
 MAX_REMEMBERED = 100_000  # audits that can still take gold feedback (the most recent ones)
+HISTORY_ROWS = 10_000  # status history kept in memory (the audit log keeps all of it on disk)
 
 
 class FeedbackError(InputError, KeyError):
@@ -90,7 +94,7 @@ class AuditMonitor:
     router: str = "router"
     delta: float = 0.05
     window: int = 0
-    history: list = field(default_factory=list, repr=False)
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_ROWS), repr=False)  # the newest statuses
 
     def __post_init__(self):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
@@ -189,4 +193,5 @@ class AuditMonitor:
                     "failed": self.failed, "epoch": ep.index, "epoch_audits": ep.audits,
                     "disagreement_rate": ep.disagreements / ep.audits if ep.audits else None,
                     "gold": ep.gold, "upper_bound": upper, "lower_bound": lower,
-                    "bound_on": "regret" if ep.gold else "disagreement"}
+                    "bound_on": "regret" if ep.gold else "disagreement",
+                    "gold_free_upper_bound": upper_bound(ep.disagreements, ep.audits, ep.level)}

@@ -67,11 +67,16 @@ class ShadowAuditor:
         self._thread.start()
 
     # ----- request path ---------------------------------------------------------------------------------------
-    def offer(self, request_id: str, req, out, *, defer: bool = False) -> bool:
-        """Draw this request; True when it was queued for an audit. Never blocks."""
+    def draw(self) -> bool:
+        """Whether a request is drawn for an audit (a streamed request draws before its answer, for its headers)."""
         with self._lock:
-            if self._rng.random() >= self.rate:
-                return False
+            return self._rng.random() < self.rate
+
+    def offer(self, request_id: str, req, out, *, defer: bool = False, drawn: bool | None = None) -> bool:
+        """Draw this request (or take `drawn`, an earlier `draw()`); True when it was queued for an audit. Never
+        blocks."""
+        if not (self.draw() if drawn is None else drawn):
+            return False
         item = _Item(request_id, req, out)
         if not defer:
             item.gate.set()
@@ -121,8 +126,12 @@ class ShadowAuditor:
         self._emit(self._record(item, ref, agree, status))
         with self._lock:
             gold = self._pending.pop(item.request_id, None)
-        if gold is not None:
-            self.feedback(item.request_id, **gold)
+        if gold is not None:  # gold that arrived while the audit was queued; the audit itself counts either way
+            try:
+                self.feedback(item.request_id, **gold)
+            except InputError as exc:
+                logger.warning("gold feedback for request %s, sent while its audit was queued, was refused: %s",
+                               item.request_id, exc)
 
     def _record(self, item: _Item, ref: str, agree: bool, status: str) -> dict:
         out, req = item.output, item.request

@@ -2,17 +2,39 @@
 task that lets a sampled audit start once the response has been sent.
 
 Feedback body: {"request_id": "<x-routedvlm-request-id of the response>", "answer": "<the correct answer>"} or
-{"request_id": ..., "routed_correct": bool, "reference_correct": bool}. Answers 200 with the audit's state, 404 for
-a request that was not audited (or no longer remembered), 409 when it already has gold, 400 for a bad body.
+{"request_id": ..., "routed_correct": bool, "reference_correct": bool}. It needs the server's feedback key
+(auth.py), not the chat key. Answers 200 with the audit's state, 404 for a request that was not audited (or no
+longer remembered), 409 when it already has gold (each request's gold counts once), 400 for a bad body (also one
+nested too deeply to parse), 413 beyond `MAX_FEEDBACK_BYTES`, 503 while the models load.
 """
 from __future__ import annotations
 
 import json
 
+from .auth import FEEDBACK_PATH
 from .protocol import APIError
 
-FEEDBACK = "/v1/audit/feedback"
+FEEDBACK = FEEDBACK_PATH
 _FIELDS = ("answer", "routed_correct", "reference_correct")
+MAX_FEEDBACK_BYTES = 64 * 1024  # a request id and an answer
+MAX_ID_CHARS, MAX_ANSWER_CHARS = 200, 10_000
+_OBJECT = {"type": "object", "required": ["request_id"], "additionalProperties": False, "properties": {
+    "request_id": {"type": "string", "maxLength": MAX_ID_CHARS},
+    "answer": {"type": ["string", "number"], "maxLength": MAX_ANSWER_CHARS},
+    "routed_correct": {"type": "boolean"}, "reference_correct": {"type": "boolean"}}}
+ERRORS = {"400": "invalid feedback", "401": "missing or wrong feedback key", "403": "gold feedback is off",
+          "404": "not audited or not remembered", "409": "already has gold", "413": "body too large",
+          "503": "loading"}
+
+
+def openapi_path(error_schema: dict) -> dict:
+    """The OpenAPI entry of the feedback route (server.py adds it to /openapi.json)."""
+    errors = {c: {"description": d, "content": {"application/json": {"schema": error_schema}}} for c, d in ERRORS.items()}
+    return {"post": {"summary": "Gold feedback for an audited request (needs the feedback key)",
+                     "security": [{"feedback": []}],
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": _OBJECT}}},
+                     "responses": {"200": {"description": "the audit's state", "content": {"application/json": {
+                         "schema": {"type": "object", "required": ["status", "audit"]}}}}, **errors}}}
 
 
 def release_after(out):
@@ -30,6 +52,9 @@ def parse_feedback(raw) -> dict:
         body = json.loads(raw)
     except ValueError:
         raise APIError(400, "The request body is not valid JSON.", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "The request body nests JSON too deeply to parse; send one flat JSON object.",
+                       code="invalid_json") from None
     if not isinstance(body, dict) or not isinstance(body.get("request_id"), str):
         raise APIError(400, "Feedback needs a JSON object with `request_id` (the x-routedvlm-request-id header of "
                             "the response) and `answer`, or `routed_correct` and `reference_correct`.",
@@ -40,6 +65,11 @@ def parse_feedback(raw) -> dict:
         raise APIError(400, f"Feedback fields: request_id (string), answer (string), routed_correct and "
                             f"reference_correct (booleans). Got unknown {extra} / non-boolean {bools}.",
                        code="invalid_feedback")
+    answer = body.get("answer")
+    if len(body["request_id"]) > MAX_ID_CHARS or (isinstance(answer, str) and len(answer) > MAX_ANSWER_CHARS) \
+            or isinstance(answer, bool) or (isinstance(answer, float) and answer != answer):
+        raise APIError(400, f"Feedback `request_id` must be at most {MAX_ID_CHARS} characters and `answer` a string "
+                            f"of at most {MAX_ANSWER_CHARS} characters or a number.", code="invalid_feedback")
     return body
 
 

@@ -1,6 +1,6 @@
 """A chat request's body read within its limit, parsed off the event loop, and any failure turned into the OpenAI
 error a client gets (4xx for its own mistakes, 499 for a client gone mid-body, 503/504 for a stopping server or a
-passed deadline, 500 logged for anything else)."""
+passed deadline or a model side's outage, 500 logged for anything else)."""
 import json
 import logging
 
@@ -26,8 +26,8 @@ async def read_body(request, limit: int) -> bytearray:
     return body
 
 
-def parse_body(raw, limits: Limits, models, served_model: str):
-    """JSON + request validation + image decoding (run in a worker thread)."""
+def parse_body(raw, limits: Limits, models, served_model: str, text: bool = False):
+    """JSON + request validation + image decoding (run in a worker thread); `text`: a /v1/completions body."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -35,6 +35,10 @@ def parse_body(raw, limits: Limits, models, served_model: str):
     except RecursionError:
         raise APIError(400, "The request body nests JSON too deeply to parse; send a flat chat request.",
                        code="invalid_json") from None
+    if text:
+        from .text_completions import chat_body
+
+        body = chat_body(body)
     return parse_chat_request(body, limits, models, routed_model=served_model)
 
 
@@ -55,6 +59,8 @@ def api_error(exc: BaseException) -> APIError:
 
     from routedvlm.errors import InputError
 
+    from .side_health import unavailable
+
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ClientDisconnect):  # nobody reads the answer; counted as nginx's 499, not an error
@@ -65,6 +71,10 @@ def api_error(exc: BaseException) -> APIError:
         return APIError(504, str(exc), type="server_error", code="request_timeout")
     if isinstance(exc, deadline.ShuttingDown):
         return APIError(503, str(exc), type="server_error", code="shutting_down")
+    if unavailable(exc):  # a side's outage: retry later; one line, no traceback
+        logger.warning("a model side is unavailable: %s", str(exc).splitlines()[0][:500])
+        return APIError(503, f"A model of this server is unavailable; retry later ({str(exc).splitlines()[0][:300]}).",
+                        type="server_error", code="side_unavailable")
     if isinstance(exc, InputError):
         return APIError(400, str(exc), param="messages", code=getattr(exc, "code", "invalid_input"))
     logger.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc)

@@ -8,6 +8,7 @@ lock starts no model call.
 from __future__ import annotations
 
 import contextvars
+from dataclasses import replace
 
 from .completions import plain_completion
 from .prompt_check import check_routed_prompt, neutralise
@@ -18,14 +19,25 @@ def run_routed(routed, req, limits, pattern, deadlines):
     neutralise(req.messages, pattern)
     with deadlines.within(), routed.lock:
         check_routed_prompt(routed, req.messages, limits.max_prompt_tokens, req.model)
-        return routed.generate(messages=req.messages, max_tokens=req.max_tokens, defer_audit=True)
+        return routed.generate(messages=req.messages, max_tokens=req.max_tokens, defer_audit=True, sampling=req.sampling)
 
 
-def run_plain(routed, req, min_new_tokens, pattern, deadlines):
-    """(body, headers) of a request to a plain model ("small" / "large"); its context is checked before generating."""
+def run_plain(routed, req, min_new_tokens, pattern, deadlines, streamer=None):
+    """(body, headers) of a request to a plain model ("small" / "large"); its context is checked before generating.
+    streamer: what the local generate call streams its tokens into (plain_stream.py)."""
     neutralise(req.messages, pattern)
     with deadlines.within():
-        return plain_completion(routed, req, min_new_tokens)
+        return plain_completion(routed, req, min_new_tokens, streamer)
+
+
+def choices(req) -> list:
+    """The request once per choice (`n`): choice i samples with seed `seed + i` when a seed is given, so the n
+    answers differ and each is reproducible."""
+    if req.n == 1:
+        return [req]
+    seed = req.sampling.seed if req.sampling is not None else None
+    return [replace(req, n=1, sampling=req.sampling if seed is None else req.sampling.with_seed(seed + i))
+            for i in range(req.n)]
 
 
 def stream_runner(routed, stream, req, limits, pattern, deadlines):

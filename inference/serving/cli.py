@@ -9,8 +9,9 @@ once and loads the models in the background (/ready answers 503 until they are l
 it with exit status 2. Torch, transformers and FastAPI are imported only when serving starts.
 
 Bounds: a connection that sends no complete request head within --header-timeout seconds is closed, an idle
-kept-alive one after --keep-alive-timeout; connections beyond --max-connections and chat requests beyond
---max-queued are answered 503 with Retry-After; a request's model calls stop after --request-timeout seconds
+kept-alive one after --keep-alive-timeout; a body slower than --min-body-rate or longer than --body-timeout is
+answered 408; connections beyond --max-connections or --max-connections-per-client take one of --probe-slots
+(probes only) or are answered 503 with Retry-After, as are chat requests beyond --max-queued; a request's model calls stop after --request-timeout seconds
 (504). On SIGTERM the server stops accepting, gives running requests --shutdown-timeout seconds, then stops
 their model calls at the next token (they answer 503; a prefill under way finishes first, its length bounded by
 the prompt limits), cancels what is left 5 s later and exits.
@@ -39,6 +40,7 @@ EPILOG = """examples:
          "image_url": {"url": "data:image/png;base64,..."}}, {"type": "text", "text": "How many bars?"}]}]}'
   curl -s localhost:8000/ready; curl -s localhost:8000/metrics
 """
+_MAY_BE_ZERO = ("max_connections_per_client", "probe_slots", "min_body_rate")
 THREADS_HELP = ("torch CPU threads per process; 1 (the default) gives stable per-request latencies on a shared "
                 "CPU, raise it on a dedicated machine; 0 keeps torch's default (one per core)")
 
@@ -63,6 +65,9 @@ class ServeConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind (loopback by default)"})
     port: int = field(default=8000, metadata={"help": "TCP port"})
     api_key: str | None = field(default=None, metadata={"help": "require 'Authorization: Bearer KEY' (default $ROUTEDVLM_API_KEY)"})
+    feedback_key: str | None = field(default=None, metadata={
+        "help": "the key POST /v1/audit/feedback needs (default $ROUTEDVLM_FEEDBACK_KEY; none: gold feedback is off). "
+                "The chat key does not authorise gold: give it only to whoever grades answers"})
     served_model_name: str = field(default="routedvlm", metadata={"help": "model id of the routed model"})
     max_images: int = field(default=1, metadata={"help": "max images per request"})
     max_image_pixels: int = field(default=4096 * 4096, metadata={"help": "max width*height per image"})
@@ -76,9 +81,26 @@ class ServeConfig:
         "help": "max prompt tokens after the chat template, images included; default: what fits the context "
                 "(400 context_length_exceeded beyond)"})
     request_timeout: int = field(default=300, metadata={"help": "seconds after which a request's model calls stop (504)"})
+    allow_checkpoint_mismatch: bool = field(default=False, metadata={
+        "help": "serve the router even on checkpoints other than the ones it was trained on (policy.json records "
+                "their hashes; default: refused, the fallback answers)"})
+    decision_timeout: int = field(default=10, metadata={
+        "help": "seconds the router's decision may take; one that overruns is answered by the fallback and /health "
+                "reports the router unhealthy until it returns"})
     header_timeout: int = field(default=10, metadata={"help": "seconds a connection may take to send a request head"})
     keep_alive_timeout: int = field(default=5, metadata={"help": "seconds an idle kept-alive connection stays open"})
     max_connections: int = field(default=512, metadata={"help": "open connections at most (503 + Retry-After beyond)"})
+    max_connections_per_client: int = field(default=32, metadata={
+        "help": "open connections at most from one client address (503 + Retry-After beyond; 0: no limit). Behind a "
+                "proxy every client shares its address: raise it or set 0"})
+    probe_slots: int = field(default=8, metadata={
+        "help": "connections kept beyond both limits for GET /health, /live, /ready and /metrics (at most half of "
+                "them per client address; anything else there answers 503; 0: none)"})
+    body_timeout: int = field(default=60, metadata={
+        "help": "seconds a request body may take in all (408 beyond; see --min-body-rate)"})
+    min_body_rate: int = field(default=1024, metadata={
+        "help": "bytes per second a request body must keep up: it gets --header-timeout seconds plus one second per "
+                "this many bytes sent, at most --body-timeout (408 beyond; 0: only --body-timeout)"})
     max_queued: int = field(default=64, metadata={"help": "chat requests in the server at once (503 + Retry-After beyond)"})
     shutdown_timeout: int = field(default=10, metadata={
         "help": "seconds running requests get to finish after SIGTERM before their model calls are stopped"})
@@ -96,6 +118,9 @@ class ServeConfig:
                                                             "certificate's reference strategy (0 = off; docs/audit.md)"})
     audit_log: str | None = field(default=None, metadata={"help": "audit log path (parts folder <path>.parts, like "
                                                                    "labels); default: audits are kept in memory only"})
+    audit_replica: str | None = field(default=None, metadata={
+        "help": "this server's id when several replicas share --audit-log: it writes <path>.replica-<id>.parts and "
+                "`routedvlm audit report <path>` merges them (default $ROUTEDVLM_REPLICA_ID; e.g. the pod name)"})
     audit_store_inputs: bool = field(default=False, metadata={"help": "store audited requests' questions and images in "
                                                                       "the audit log (privacy: see docs/audit.md)"})
     audit_alpha: float | None = field(default=None, metadata={"help": "limit on the regret rate (default: the "
@@ -107,14 +132,18 @@ class ServeConfig:
     def __post_init__(self):
         self._check_models()
         for name in ("port", "max_images", "max_image_pixels", "max_text_chars", "max_body_bytes", "max_direct_tokens",
-                     "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout",
-                     "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout"):
+                     "max_reason_tokens", "max_messages", "max_content_parts", "max_prompt_tokens", "request_timeout", "decision_timeout",
+                     "header_timeout", "keep_alive_timeout", "max_connections", "max_queued", "shutdown_timeout",
+                     "body_timeout", *_MAY_BE_ZERO):
             v = getattr(self, name)
             if v is None and name == "max_prompt_tokens":
                 continue
+            if name in _MAY_BE_ZERO and not isinstance(v, bool) and isinstance(v, int) and v == 0:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or (name == "port" and v > 65535):
                 raise ConfigError(f"The `--{name.replace('_', '-')}` flag must be a positive integer"
-                                  f"{' <= 65535' if name == 'port' else ''}. Got {v!r} instead.")
+                                  f"{' <= 65535' if name == 'port' else ''}{' or 0' if name in _MAY_BE_ZERO else ''}. "
+                                  f"Got {v!r} instead.")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {self.threads!r} instead.")
         if isinstance(self.audit_rate, bool) or not isinstance(self.audit_rate, (int, float)) or not 0 <= self.audit_rate <= 1:
@@ -146,6 +175,15 @@ class ServeConfig:
         if self.served_model_name in ladder_aliases(len(models)):
             raise ConfigError(f"The `--served-model-name` flag must differ from the plain models' ids "
                               f"{list(ladder_aliases(len(models)))}. Got {self.served_model_name!r}.")
+
+    @property
+    def connection_limits(self):
+        from .connections import ConnectionLimits
+
+        return ConnectionLimits(header_timeout=self.header_timeout, max_connections=self.max_connections,
+                                max_connections_per_client=self.max_connections_per_client,
+                                probe_slots=self.probe_slots, body_timeout=self.body_timeout,
+                                min_body_rate=self.min_body_rate)
 
     @property
     def limits(self) -> Limits:
@@ -185,14 +223,15 @@ def _is_loopback(host: str) -> bool:
 def _loader(cfg: ServeConfig):
     def load():
         from ..routed import RoutedVLM
-        from ..sides.local.side import set_threads
+        from ..sides.local import set_threads
 
         threads = set_threads(cfg.threads)
         routed = RoutedVLM.from_pretrained(
             cfg.models, cfg.router, fallback=cfg.fallback, tracking_uri=cfg.tracking_uri, selector=cfg.selector,
             max_direct_tokens=cfg.max_direct_tokens, max_reason_tokens=cfg.max_reason_tokens,
             min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens, device=cfg.device, dtype=cfg.dtype,
-            audit_rate=cfg.audit_rate, audit=_audit_config(cfg),
+            audit_rate=cfg.audit_rate, audit=_audit_config(cfg), decision_timeout=cfg.decision_timeout,
+            allow_checkpoint_mismatch=cfg.allow_checkpoint_mismatch,
         )
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "
@@ -212,13 +251,14 @@ def uvicorn_config(app, cfg: ServeConfig):
 
     import uvicorn
 
-    from .guards import STOP_GRACE_S, guarded_protocol
+    from .connections import guarded_protocol
+    from .guards import STOP_GRACE_S
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                          http=guarded_protocol(cfg.header_timeout, cfg.max_connections),
+                          http=guarded_protocol(cfg.header_timeout, cfg.max_connections, cfg.connection_limits),
                           timeout_keep_alive=cfg.keep_alive_timeout,
                           timeout_graceful_shutdown=cfg.shutdown_timeout + STOP_GRACE_S)
 
@@ -234,15 +274,31 @@ def _audit_config(cfg: ServeConfig):
     if cfg.audit_log:
         from routedvlm.data.audit import AuditLog
 
-        log = AuditLog(cfg.audit_log, store_inputs=cfg.audit_store_inputs)
+        log = AuditLog(cfg.audit_log, store_inputs=cfg.audit_store_inputs, replica=cfg.audit_replica)
     return AuditConfig(rate=cfg.audit_rate, log=log, store_inputs=cfg.audit_store_inputs, alpha=cfg.audit_alpha,
                        delta=cfg.audit_delta, window=cfg.audit_window, queue_size=cfg.audit_queue_size)
+
+
+def _close_audit(routed) -> None:
+    """Finish the queued audits (10 s at most) and write the audit log's buffered records."""
+    auditor = getattr(routed, "auditor", None)
+    if auditor is None:
+        return
+    auditor.close()
+    close = getattr(auditor.sink, "close", None)
+    if close is not None:
+        close()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     cfg = ServeConfig(**args)
     cfg.api_key = cfg.api_key or os.environ.get("ROUTEDVLM_API_KEY") or None
+    cfg.feedback_key = cfg.feedback_key or os.environ.get("ROUTEDVLM_FEEDBACK_KEY") or None
+    cfg.audit_replica = cfg.audit_replica or os.environ.get("ROUTEDVLM_REPLICA_ID") or None
+    if cfg.feedback_key is not None and cfg.feedback_key == cfg.api_key:
+        raise ConfigError("The `--feedback-key` flag must differ from `--api-key`: gold feedback is a separate role "
+                          "from chatting. Pick another key.")
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not _is_loopback(cfg.host):
         print(f"warning: binding {cfg.host} exposes the server beyond this machine"
@@ -256,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         server.should_exit = True
 
     app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, sides=cfg.aliases,
-                     api_key=cfg.api_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
+                     api_key=cfg.api_key, feedback_key=cfg.feedback_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
                      request_timeout=cfg.request_timeout, max_queued=cfg.max_queued)
     server = graceful_server(uvicorn_config(app, cfg), app.state.deadlines, cfg.shutdown_timeout)
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
           "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)
     server.run()
+    _close_audit(app.state.serving.routed)
     error = app.state.serving.error
     if error is not None:
         if isinstance(error, RoutedVLMError):

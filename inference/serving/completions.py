@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 
+from .. import sampling, streaming
 from ..final_answer import usage as make_usage
 from .protocol import APIError, ChatRequest, check_context
 
@@ -22,22 +23,26 @@ def completion_id() -> str:
 
 
 def completion(model: str, content, reasoning=None, *, finish="stop", logprobs=None, usage=None, extra=None) -> dict:
-    message = {"role": "assistant", "content": content}
+    """A chat.completion; the reasoning in `reasoning` and `reasoning_content` (vLLM 0.32 keeps both); `content` None
+    while the reply was cut inside its reasoning (as vLLM)."""
+    message = {"role": "assistant", "content": content, "tool_calls": []}  # vLLM's message lists its (no) tool calls
     if reasoning is not None:
-        message["reasoning_content"] = reasoning
+        message["reasoning"] = message["reasoning_content"] = reasoning
     out = {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
            "usage": usage or make_usage(0, 0)}
     return out | (extra or {})
 
 
-def route_headers(strategy: str, keep_tokens, models=()) -> dict:
-    """The route as headers: the strategy, its K, the models that ran (aliases, cheapest first, comma-separated) and
-    the model whose answer this is."""
+def route_headers(strategy: str, keep_tokens, models=(), decoded: bool = False) -> dict:
+    """The route as headers: the strategy, its K, the models that ran (aliases, cheapest first, comma-separated), the
+    model whose answer this is, and `x-routedvlm-answer-decoded-before-route: 1` when the answer was decoded before
+    the route was decided (a cascade accepted its short answer: it streams as one delta, greedily decoded)."""
     from routedvlm.router.strategies import parse_strategy
 
     return {"x-routedvlm-strategy": strategy, "x-routedvlm-keep-tokens": "" if keep_tokens is None else str(keep_tokens),
-            "x-routedvlm-models": ",".join(models), "x-routedvlm-answer-model": parse_strategy(strategy).model}
+            "x-routedvlm-models": ",".join(models), "x-routedvlm-answer-model": parse_strategy(strategy).model,
+            "x-routedvlm-answer-decoded-before-route": "1" if decoded else "0"}
 
 
 def route_info(out) -> dict:
@@ -50,27 +55,53 @@ def routed_completion(out, model: str) -> tuple[dict, dict]:
     """(body, headers) of a routed request's RoutedOutput; `x-routedvlm-request-id` names it for gold feedback and
     `x-routedvlm-audited: 1` says a shadow audit of it was queued."""
     body = completion(model, out.text, finish=out.finish_reason, usage=out.usage, extra={"routedvlm": route_info(out)})
-    headers = {**route_headers(out.strategy, out.keep_tokens, out.models), "x-routedvlm-request-id": out.request_id,
-               "x-routedvlm-audited": "1" if out.audited else "0"}
+    decoded = out.decision.get("decoded_before_route", False)
+    headers = {**route_headers(out.strategy, out.keep_tokens, out.models, decoded),
+               "x-routedvlm-request-id": out.request_id, "x-routedvlm-audited": "1" if out.audited else "0"}
     return body, headers
+
+
+def merge_choices(payloads: list) -> dict:
+    """One completion of `n` choices from n single-choice completions: choice i from payload i, usage as vLLM counts
+    it (the prompt once, the completions summed); the route (`routedvlm`) of the first."""
+    first = dict(payloads[0])
+    first["choices"] = [{**p["choices"][0], "index": i} for i, p in enumerate(payloads)]
+    usages = [p["usage"] for p in payloads]
+    completion_tokens = sum(u["completion_tokens"] for u in usages)
+    first["usage"] = {**usages[0], "completion_tokens": completion_tokens,
+                      "total_tokens": usages[0]["prompt_tokens"] + completion_tokens,
+                      "completion_tokens_details": {"reasoning_tokens": sum(
+                          (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0) for u in usages)}}
+    return first
 
 
 class Chunks:
     """`chat.completion.chunk` events of one streamed completion, as SSE `data:` lines."""
 
-    def __init__(self, model: str, include_usage: bool):
+    def __init__(self, model: str, include_usage: bool, continuous: bool = False):
         self.id, self.created, self.model, self.include_usage = completion_id(), int(time.time()), model, include_usage
+        self.continuous = include_usage and continuous  # vLLM: usage in every chunk with both options on
+        self.prompt_tokens, self.completion_tokens = 0, 0
 
     def _event(self, choices: list, **extra) -> bytes:
+        usage = None
+        if self.continuous:
+            usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                     "total_tokens": self.prompt_tokens + self.completion_tokens}
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": choices, **({"usage": None} if self.include_usage else {}), **extra}
+                "choices": choices, **({"usage": usage} if self.include_usage else {}), **extra}
         return f"data: {json.dumps(body)}\n\n".encode()
 
-    def delta(self, delta: dict, finish=None, **extra) -> bytes:
+    def delta(self, delta: dict, finish=None, tokens: int = 0, **extra) -> bytes:
+        """One chunk; `tokens`: how many output tokens it carries (counted in the continuous usage)."""
+        self.completion_tokens += tokens
+        if "reasoning" in delta:
+            delta = {**delta, "reasoning_content": delta["reasoning"]}
         return self._event([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra)
 
     def end(self, finish: str, usage: dict, info: dict | None = None) -> bytes:
         """The last choice chunk (finish reason, the route in `routedvlm`), the usage chunk if asked, [DONE]."""
+        self.prompt_tokens, self.completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
         out = self.delta({}, finish, **({"routedvlm": info} if info is not None else {}))
         if self.include_usage:
             body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -83,31 +114,30 @@ class Chunks:
         return f"data: {json.dumps(exc.body())}\n\ndata: [DONE]\n\n".encode()
 
 
-def one_delta_stream(payload: dict, include_usage: bool, headers: dict):
-    """A plain model's answer as an SSE stream of one delta (the plain models do not stream token by token)."""
-    from fastapi.responses import StreamingResponse
-
-    chunks, choice = Chunks(payload["model"], include_usage), payload["choices"][0]
-    message = choice["message"]
-    delta = {"role": "assistant", "content": message["content"]}
-    if message.get("reasoning_content") is not None:
-        delta["reasoning_content"] = message["reasoning_content"]
-    data = chunks.delta(delta) + chunks.end(choice["finish_reason"], payload["usage"], payload["routedvlm"])
-    return StreamingResponse(iter([data]), media_type="text/event-stream", headers=headers)
-
-
 def context_of(vlm) -> int | None:
     """A side's context length (`ModelSide.context_length`); None when unknown."""
     return vlm.context_length()
 
 
-def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dict, dict]:
+def plain_model(routed, req: ChatRequest):
+    """(the side answering a plain request, thinking on or off)."""
+    from ..routed import pipeline_sides
+
+    side = pipeline_sides(routed.pipeline)[req.model]
+    think = req.enable_thinking is not False  # like a hybrid template, thinking is on unless switched off
+    return ((side.reasoner or side) if think else side), think
+
+
+def plain_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=None) -> tuple[dict, dict]:
     """(body, headers) of a request to the plain model `req.model` (an alias of the ladder: "small", "large", ...): one
-    `CollaborativePipeline.complete` call of that side; the headers name it as the model that ran and answered."""
+    `CollaborativePipeline.complete` call of that side, sampled with `req.sampling`; the headers name it as the model
+    that ran and answered. `streamer`: handed to the local generate call (plain_stream.py)."""
     from routedvlm.errors import ModeUnavailableError
 
     from ..inputs import from_messages
 
+    if req.raw_prompt is not None:
+        return raw_completion(routed, req, min_new_tokens, streamer)
     messages, partial = req.messages, None
     if req.continue_final_message:
         last = messages[-1]
@@ -116,17 +146,13 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dic
                            param="messages", code="invalid_content")
         messages, partial = messages[:-1], "".join(p["text"] for p in last["content"])
     request = from_messages(messages)
-    from ..routed import pipeline_sides
-
-    side = pipeline_sides(routed.pipeline)[req.model]
-    think = req.enable_thinking is not False  # like a hybrid template, thinking is on unless switched off
-    model = (side.reasoner or side) if think else side
+    model, think = plain_model(routed, req)
 
     def check(prompt_tokens: int, max_tokens: int) -> None:
         check_context(req.model, model.context_length(), prompt_tokens, max_tokens)
 
     try:
-        with routed.lock:  # one model call at a time; a fast tokenizer is not safe to share across threads either
+        with routed.lock, sampling.plain(req.sampling), streaming.plain_streamer(streamer):  # one call at a time
             res = routed.pipeline.complete(req.model, request, thinking=think, partial=partial, max_tokens=req.max_tokens,
                                            min_tokens=min_new_tokens if req.min_tokens is None else req.min_tokens,
                                            check_context=check)
@@ -134,10 +160,41 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int) -> tuple[dic
         raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
     gen = res.generation
     logprobs = _logprobs(model, gen, req.top_logprobs) if req.logprobs else None
-    use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
-    return completion(req.model, res.answer, res.reasoning, finish=res.finish_reason, logprobs=logprobs, usage=use,
+    reasoning_tokens = model.reasoning_token_count(gen.token_ids) if res.reasoning is not None else 0
+    use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens, reasoning_tokens)
+    answer, stopped = sampling.cut_at_stop(res.answer, req.sampling) if res.answer is not None else (None, False)
+    finish = "stop" if stopped else res.finish_reason
+    return completion(req.model, answer, res.reasoning, finish=finish, logprobs=logprobs, usage=use,
                       extra={"routedvlm": {"trace": res.trace}}), {"x-routedvlm-models": req.model,
                                                                    "x-routedvlm-answer-model": req.model}
+
+
+def raw_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=None) -> tuple[dict, dict]:
+    """(body, headers) of a plain model continuing `req.raw_prompt` as it is (/v1/completions)."""
+    from routedvlm.errors import ModeUnavailableError
+
+    from ..sides.local.stages import record
+    from ..routed import pipeline_sides
+
+    model = pipeline_sides(routed.pipeline)[req.model]
+    limit = req.max_tokens or routed.pipeline.config.max_direct_tokens
+    floor = min_new_tokens if req.min_tokens is None else req.min_tokens
+
+    def check(prompt_tokens: int) -> None:
+        check_context(req.model, model.context_length(), prompt_tokens, limit)
+
+    try:
+        with routed.lock, sampling.plain(req.sampling), streaming.plain_streamer(streamer):
+            gen, text = model.complete_text(req.raw_prompt, max_tokens=limit, min_tokens=min(floor, limit),
+                                            check_context=check)
+    except ModeUnavailableError as exc:
+        raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
+    text, stopped = sampling.cut_at_stop(text, req.sampling)
+    finish = "stop" if stopped or not model.hit_limit(gen, limit) else "length"
+    use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens)
+    rec = record(f"{req.model}_text", req.model, model, "text", gen)
+    return completion(req.model, text, finish=finish, usage=use, extra={"routedvlm": {"trace": [rec]}}), {
+        "x-routedvlm-models": req.model, "x-routedvlm-answer-model": req.model}
 
 
 def _token(side, tid) -> dict:

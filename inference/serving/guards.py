@@ -1,9 +1,6 @@
-"""Connection-level limits of `routedvlm serve`, on top of uvicorn's h11 protocol and asyncio loop.
+"""Server-wide guards of `routedvlm serve` (the connection limits are in connections.py).
 
-`guarded_protocol(header_timeout, max_connections)`: an h11 protocol class that closes a connection which has
-not sent a complete request head within `header_timeout` seconds (a new connection, or a kept-alive one between
-requests; uvicorn's `timeout_keep_alive` only starts after a response), and answers a connection beyond
-`max_connections` with 503 + `Retry-After` and closes it, before reading anything. `OncePerInterval`: a loop
+`overloaded_response`: the raw 503 a refused connection gets. `OncePerInterval`: a loop
 exception handler that logs each kind of loop failure (e.g. `accept()` out of file descriptors) at most once per
 interval, with the count of the ones it held back, instead of one traceback per attempt. `graceful_server`: a
 uvicorn server that, once shutdown starts, gives running requests `seconds`, then stops their model calls (each
@@ -56,53 +53,6 @@ class OncePerInterval(RateLimitedLog):
         message = context.get("message", "event loop error")
         key = f"{message}|{type(exc).__name__}"
         self.log(key, f"{message}: {type(exc).__name__}: {exc}" if exc is not None else message)
-
-
-def guarded_protocol(header_timeout: float, max_connections: int):
-    """uvicorn's H11Protocol with a request-head timeout and a connection limit (see the module docstring)."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    refusals = RateLimitedLog(60.0)
-
-    class GuardedH11Protocol(H11Protocol):
-        _head_timer = None
-
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                refusals.log("connections", f"refusing connections beyond --max-connections {max_connections} (503)")
-                transport.write(overloaded_response(f"This server holds its limit of {max_connections} connections; "
-                                                    "retry later."))
-                transport.close()
-                return
-            self._start_head_timer()
-
-        def data_received(self, data: bytes) -> None:
-            if self._head_timer is None and self._between_requests():
-                self._start_head_timer()
-            super().data_received(data)
-            if self._head_timer is not None and not self._between_requests():
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def connection_lost(self, exc) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-            super().connection_lost(exc)
-
-        def _between_requests(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
-
-        def _start_head_timer(self) -> None:
-            self._head_timer = self.loop.call_later(header_timeout, self._head_timed_out)
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self._between_requests() and not self.transport.is_closing():
-                self.transport.close()
-
-    return GuardedH11Protocol
 
 
 def graceful_server(config, deadlines, seconds: float):

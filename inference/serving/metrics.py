@@ -9,7 +9,8 @@ routedvlm_stage_duration_seconds{stage, model}: vision + prefill + decode time o
 routedvlm_requests_in_flight; routedvlm_tokens_total{model, kind}: prompt / completion tokens;
 routedvlm_model_runs_total{model}: answered requests in which a model of the ladder (its alias: small, mid, large,
 ...) ran at least one stage; routedvlm_answers_total{model}: answered requests whose final answer that model gave;
-routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time).
+routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time). vLLM-named series beside them:
+vllm_metrics.py.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class ServerMetrics:
                                   ["model"], registry=r)
         self.answers = Counter("routedvlm_answers", "Answered requests whose final answer the model (ladder alias) gave.",
                                ["model"], registry=r)
+        from .vllm_metrics import VLLMMetrics
+
+        self.vllm = VLLMMetrics(r, self.in_flight, LATENCY_BUCKETS)  # vllm:* names beside these (docs/serve.md)
         Gauge("routedvlm_ready", "1 once both models and the router are loaded.", registry=r).set_function(
             lambda: float(bool(ready())))
         Gauge("routedvlm_router_healthy", "1 while the router loads and decides; 0 when the fallback answers every "
@@ -46,9 +50,10 @@ class ServerMetrics:
         self.requests.labels(route, model, strategy, str(status)).inc()
         if seconds is not None:
             self.duration.labels(model, strategy).observe(seconds)
+            self.vllm.finished(model, seconds)
 
     def answered(self, model: str, trace: list, usage: dict, *, fallback: bool = False, loaded: bool = True,
-                 answered_by: str | None = None) -> None:
+                 answered_by: str | None = None, finish_reason: str | None = None) -> None:
         """Record the stages, tokens and any fallback of one answered request; the models that ran (the trace's
         `model`s) and the one that answered (`answered_by`, an alias)."""
         for rec in trace:
@@ -67,6 +72,7 @@ class ServerMetrics:
             self.answers.labels(answered_by).inc()
         self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
         self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+        self.vllm.answered(model, usage, finish_reason)
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

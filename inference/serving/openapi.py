@@ -14,7 +14,7 @@ IMAGE_PART = {"type": "object", "required": ["type", "image_url"], "properties":
     "type": {"const": "image_url"},
     "image_url": {"type": "object", "required": ["url"], "properties": {"url": {"type": "string"}}}}}
 MESSAGE = {"type": "object", "required": ["role", "content"], "properties": {
-    "role": {"enum": ["system", "user", "assistant"]},
+    "role": {"enum": ["system", "developer", "user", "assistant"]},
     "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"oneOf": [TEXT_PART, IMAGE_PART]}}]}}}
 COMPLETION = {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"], "properties": {
     "id": {"type": "string"}, "object": {"const": "chat.completion"}, "created": {"type": "integer"},
@@ -47,9 +47,19 @@ def openapi_document(models, secured: bool) -> dict:
             "application/json": {"schema": COMPLETION}, "text/event-stream": {"schema": {"type": "string"}}}},
         **_errors(("400", "401", "404", "413", "499", "503", "504"))}}}
     model_list = {"get": {"summary": "Served model ids", "responses": {"200": {"description": "model list", "content": {
-        "application/json": {"schema": {"type": "object", "required": ["object", "data"]}}}}, **_errors(("401",))}}}
+        "application/json": {"schema": {"type": "object", "required": ["object", "data"]}}}}, **_errors(("401", "503"))}}}
+    text_request = {"type": "object", "required": ["model", "prompt"], "properties": {
+        "model": {"enum": list(models)}, "prompt": {"type": "string", "minLength": 1},
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1}, "stream": {"type": "boolean"}}}
+    text = {"post": {"summary": "Text completion (OpenAI / vLLM shape)", "requestBody": {"required": True, "content": {
+        "application/json": {"schema": text_request}}}, "responses": {
+        "200": {"description": "the completion (text/event-stream when `stream` is true)", "content": {
+            "application/json": {"schema": {"type": "object", "required": ["id", "object", "choices", "usage"]}},
+            "text/event-stream": {"schema": {"type": "string"}}}},
+        **_errors(("400", "401", "404", "413", "499", "503", "504"))}}}
     doc = {"openapi": "3.1.0", "info": {"title": "routedvlm serve", "version": "1"},
-           "paths": {"/v1/chat/completions": chat, "/v1/models": model_list,
+           "paths": {"/v1/chat/completions": chat, "/v1/completions": text, "/v1/models": model_list,
+                     "/version": _probe("the server's version"),
                      "/health": _probe("200 when the server can answer, else 503", ("200", "503")),
                      "/live": _probe("200 while the process runs"),
                      "/ready": _probe("200 once the models are loaded", ("200", "503"))}}

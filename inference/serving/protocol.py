@@ -4,7 +4,8 @@
 Hugging Face chat messages (decoded PIL images; none for a text-only chat) or raises `APIError` (status,
 message, type, param, code), which the server renders as `{"error": {"message", "type", "param", "code"}}`.
 Images must be base64 `data:` URLs of a `SAFE_FORMATS` type: the server never fetches a URL or reads a
-path named by a client. Decoding is greedy: a sampling parameter with a non-greedy value is a 400 naming it.
+path named by a client. Sampling parameters (`ChatRequest.sampling`, `n`): sampling_params.py; role "developer" is
+read as "system" (as vLLM); an assistant turn may have content null, one with `tool_calls` is a 400.
 """
 from __future__ import annotations
 
@@ -12,36 +13,17 @@ import logging
 from dataclasses import dataclass, field
 
 from ..image_io import MEDIA_TYPES, SAFE_FORMATS, ImageInputError, open_image, split_data_url
+from .api_error import APIError  # noqa: F401 - re-exported: the serving modules import it from here
 
 logger = logging.getLogger(__name__)
-ROLES = ("assistant", "system", "user")
-# sampling parameters and the values that leave greedy decoding as it is; any other value is refused
-GREEDY_VALUES = {
-    "temperature": (0,), "top_p": (1,), "top_k": (-1, 0), "min_p": (0,), "presence_penalty": (0,),
-    "frequency_penalty": (0,), "repetition_penalty": (1,), "length_penalty": (1,), "best_of": (1,), "n": (1,),
-    "use_beam_search": (False,), "logit_bias": ({},), "stop": ("", []), "stop_token_ids": ([],), "bad_words": ([],),
-    "tools": ([],), "tool_choice": ("none",), "functions": ([],), "function_call": ("none",),
-    "response_format": ({"type": "text"},), "guided_json": (), "guided_regex": (), "guided_choice": (),
-    "guided_grammar": (), "structured_outputs": (), "reasoning_effort": (), "prompt_logprobs": (0,),
-}
-# fields read below, or that change nothing here (a greedy decoder ignores `seed`)
+ROLES = ("assistant", "developer", "system", "user")  # "developer" is read as "system" (as vLLM)
+# fields read below or in sampling_params.py, or that change nothing here
 KNOWN = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
          "top_logprobs", "chat_template_kwargs", "min_tokens", "continue_final_message", "add_generation_prompt",
-         "seed", "user", "metadata", "store", "service_tier", "parallel_tool_calls", "skip_special_tokens"}
+         "user", "metadata", "store", "service_tier", "parallel_tool_calls", "skip_special_tokens", "prompt", "echo",
+         "suffix", "include_stop_str_in_output", "spaces_between_special_tokens", "priority", "request_id", "_raw_prompt"}
 PLAIN_ONLY = ("logprobs", "top_logprobs", "min_tokens", "continue_final_message")
 _warned: set = set()
-
-
-class APIError(Exception):
-    """An error answered to the client in the OpenAI error shape."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)
@@ -75,6 +57,10 @@ class ChatRequest:
     min_tokens: int | None = None
     stream: bool = False
     include_usage: bool = False
+    sampling: object = None  # a sampling.Sampling, or None: greedy
+    n: int = 1
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage in every chunk (vLLM)
+    raw_prompt: str | None = None  # /v1/completions: the prompt a plain model continues as it is
 
 
 def _bad(message, param=None, code=None, status=400):
@@ -143,10 +129,20 @@ def parse_messages(messages, limits: Limits) -> list:
     for i, msg in enumerate(messages):
         role = msg.get("role") if isinstance(msg, dict) else None
         if role not in ROLES:
-            raise _bad(f"A message's `role` must be one of 'assistant', 'system' or 'user'. Got {role!r}.",
-                       f"messages[{i}].role", "invalid_role")
+            why = (" Tool calls are not supported by this server: send the tool's result as a user message."
+                   if role in ("tool", "function") else "")
+            raise _bad(f"A message's `role` must be one of 'assistant', 'developer', 'system' or 'user'. Got {role!r}."
+                       + why, f"messages[{i}].role", "invalid_role")
+        if role == "assistant" and msg.get("tool_calls"):
+            raise _bad("An assistant message with `tool_calls` is not supported: this server's models call no tools. "
+                       "Remove the tool calls (and the tool messages) from the history, or put their text in `content`.",
+                       f"messages[{i}].tool_calls", "unsupported_parameter")
+        if msg.get("content") is None and role == "assistant":
+            msg = {**msg, "content": ""}  # an assistant turn without text (OpenAI allows content null there)
         if "content" not in msg or msg["content"] is None:
-            raise _bad("Every message needs `content`.", f"messages[{i}].content", "invalid_content")
+            raise _bad(f"A {role} message needs `content` (a string or a list of parts); only an assistant message "
+                       "may have content null.", f"messages[{i}].content", "invalid_content")
+        role = "system" if role == "developer" else role
         n_parts += len(msg["content"]) if isinstance(msg["content"], list) else 1
         if n_parts > limits.max_content_parts:
             raise _bad(f"The request holds more than {limits.max_content_parts} content parts; this server accepts at "
@@ -177,37 +173,28 @@ def _int_field(body, name, low, high):
     return v
 
 
-def _same(value, greedy) -> bool:
-    if isinstance(value, bool) or isinstance(greedy, bool):
-        return value is greedy
-    return value == greedy
+def check_unknown(body: dict) -> None:
+    """Log (once each) the request fields this server does not read."""
+    from .sampling_params import REFUSED, SAMPLING_FIELDS
 
-
-def check_sampling(body: dict) -> None:
-    """Refuse sampling parameters with non-greedy values (this server only decodes greedily); log unknown fields."""
-    for name, greedy in GREEDY_VALUES.items():
-        value = body.get(name)
-        if value is not None and not any(_same(value, g) for g in greedy):
-            allowed = " or ".join(repr(g) for g in greedy) if greedy else "omitted"
-            raise _bad(f"`{name}` = {value!r} is not supported: routedvlm decodes greedily, so `{name}` must be "
-                       f"{allowed}. Remove it from the request.", name, "unsupported_parameter")
-    for name in sorted(set(body) - KNOWN - set(GREEDY_VALUES)):
+    for name in sorted(set(body) - KNOWN - SAMPLING_FIELDS - set(REFUSED)):
         if name not in _warned:
             _warned.add(name)
             logger.warning("ignoring the unknown request field %r (logged once)", name)
 
 
-def _stream_options(body) -> bool:
+def _stream_options(body) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats) of `stream_options`."""
     opts = body.get("stream_options")
     if opts is None:
-        return False
+        return False, False
     if not body.get("stream"):
         raise _bad("`stream_options` is only allowed when `stream` is true.", "stream_options", "invalid_value")
-    others = [k for k in opts if k != "include_usage" and opts[k]] if isinstance(opts, dict) else None
-    if others is None or others or not isinstance(opts.get("include_usage", False), bool):
-        raise _bad(f"`stream_options` must be {{'include_usage': true|false}}. Got {opts!r}.", "stream_options",
-                   "unsupported_parameter")
-    return bool(opts.get("include_usage"))
+    names = ("include_usage", "continuous_usage_stats")
+    if not isinstance(opts, dict) or any(k not in names or not isinstance(v, bool) for k, v in opts.items()):
+        raise _bad(f"`stream_options` must be {{'include_usage': bool, 'continuous_usage_stats': bool}}. Got {opts!r}.",
+                   "stream_options", "unsupported_parameter")
+    return bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats"))
 
 
 def _routed_checks(body, thinking) -> None:
@@ -245,8 +232,14 @@ def parse_chat_request(body, limits: Limits, models, routed_model: str | None = 
                        param="model", code="model_not_found")
     if not isinstance(body.get("stream", False), bool):
         raise _bad(f"`stream` must be true or false. Got {body['stream']!r}.", "stream", "invalid_value")
-    check_sampling(body)
-    include_usage = _stream_options(body)
+    from .sampling_params import parse_sampling
+
+    sampling, n = parse_sampling(body)
+    check_unknown(body)
+    include_usage, continuous = _stream_options(body)
+    if n > 1 and body.get("stream"):
+        raise _bad(f"`n` = {n} with `stream` is not supported: a stream carries one choice here. Send n streamed "
+                   "requests, or stream=false.", "n", "unsupported_parameter")
     max_tokens = _int_field(body, "max_completion_tokens", 1, limits.max_tokens) or _int_field(body, "max_tokens", 1, limits.max_tokens)
     thinking = _thinking(body)
     if model == routed_model:
@@ -254,7 +247,8 @@ def parse_chat_request(body, limits: Limits, models, routed_model: str | None = 
     messages = parse_messages(body.get("messages"), limits)
     return ChatRequest(model, messages, max_tokens, thinking, bool(body.get("logprobs")),
                        _int_field(body, "top_logprobs", 0, 20) or 0, bool(body.get("continue_final_message")),
-                       _int_field(body, "min_tokens", 0, limits.max_tokens), bool(body.get("stream")), include_usage)
+                       _int_field(body, "min_tokens", 0, limits.max_tokens), bool(body.get("stream")), include_usage,
+                       sampling, n, continuous, body.get("_raw_prompt"))
 
 
 def check_context(model: str, context: int | None, prompt_tokens: int, max_tokens: int) -> None:

@@ -1,6 +1,8 @@
-"""An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions (streamed or not),
-/v1/models, and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
-/v1 routes). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
+"""An OpenAI-compatible chat-completions server for RoutedVLM (FastAPI): /v1/chat/completions and /v1/completions
+(streamed or not; text_completions.py), vLLM's other routes (vllm_routes.py: /v1/models, /version, /ping,
+/tokenize, ...), and /health, /live, /ready, /metrics and /openapi.json, which need no API key (vLLM protects only the
+/v1 routes). Streams: routed_stream.py (the routed model), plain_stream.py (a plain model, token by token); a side's
+outage is a 503 + Retry-After and /health names it (side_health.py). /health answers 200 only when the server can answer (as vLLM's); /live answers 200 while it runs.
 
 Model ids: the routed model (default "routedvlm") answers under the router's policy; each model of the ladder
 answers alone under its position name ("small", "large"; "small", "mid", "large" for three, ...; see
@@ -22,20 +24,28 @@ from routedvlm.errors import ConfigError
 
 from .. import deadline
 from ..audit.metrics import register as register_audit_metrics
-from .audit_routes import FEEDBACK, feedback, release_after
+from .audit_routes import FEEDBACK, MAX_FEEDBACK_BYTES, feedback, release_after
+from .audit_routes import openapi_path as feedback_openapi
 from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
-from .calls import run_plain, run_routed, stream_runner
-from .completions import Chunks, one_delta_stream, route_headers, route_info, routed_completion
+from .calls import choices, run_plain, run_routed
+from .completions import merge_choices, routed_completion
 from .guards import RETRY_AFTER_S, OncePerInterval
 from .metrics import ServerMetrics
+from .openapi import ERROR as ERROR_SCHEMA
 from .openapi import openapi_document
-from .prompt_check import check_routed_context, neutralise, special_pattern
+from .plain_stream import stream_plain
+from .prompt_check import check_routed_context, special_pattern
+from .routed_stream import stream_routed
+from .side_health import SideHealth
+from .text_completions import TextChunks, text_payload
+from .vllm_routes import add_routes
 from .protocol import APIError, Limits
 
 logger = logging.getLogger(__name__)
 SIDES = ("small", "large")
 CHAT = "/v1/chat/completions"
+TEXT = "/v1/completions"
 PARSE_SLOTS = 2  # request bodies parsed (JSON + images) at the same time
 TRIM_BYTES = 4 * 2**20  # after parsing a body this large, freed heap pages go back to the OS
 
@@ -45,7 +55,7 @@ class Serving:
 
     def __init__(self, routed=None, loader=None, on_error=None):
         self.routed, self.loader, self.on_error, self.error = routed, loader, on_error, None
-        self._pattern, self._loaded = None, False
+        self._pattern, self._loaded, self.sides = None, False, SideHealth(lambda: self.routed)
 
     def close(self) -> None:
         """Close what this server loaded (`RoutedVLM.close`: its models' engines); a RoutedVLM given to `create_app`
@@ -86,13 +96,14 @@ class Serving:
 
 
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm", sides=None,
-               api_key: str | None = None, limits: Limits | None = None, min_new_tokens: int = 0,
+               api_key: str | None = None, feedback_key: str | None = None, limits: Limits | None = None,
+               min_new_tokens: int = 0,
                request_timeout: float | None = 300.0, max_queued: int = 64):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
     `sides`: the plain models' ids, the ladder's aliases (default: those of `routed`'s pipeline, or the pair's
     "small", "large" while a `loader` loads); `min_new_tokens` applies to plain-model answers (tiny random models);
     `request_timeout` (seconds, None: none) stops a request's model calls; `max_queued` chat requests at once, 503
-    beyond."""
+    beyond; `feedback_key`: the key POST /v1/audit/feedback needs (None: gold feedback is off, 403)."""
     from ..routed import pipeline_sides
 
     import contextlib
@@ -121,8 +132,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     app = FastAPI(title="routedvlm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines
-    if api_key is not None:
-        app.add_middleware(KeyCheck, key=api_key)
+    app.add_middleware(KeyCheck, key=api_key, feedback_key=feedback_key)
 
     def error(exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -136,8 +146,9 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         if serving.routed is None:
             return JSONResponse({"status": "loading" if serving.error is None else "failed", "ready": False},
                                 status_code=503)
-        state = serving.routed.health()
-        return {"status": "ok" if state["router_healthy"] else "degraded", "ready": True, **state}
+        state, failing = serving.routed.health(), serving.sides.snapshot()
+        status = "ok" if state["router_healthy"] and not failing else "degraded"
+        return {"status": status, "ready": True, **state, "failing_sides": failing}
 
     @app.get("/live")
     async def live():
@@ -145,7 +156,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 
     @app.get("/openapi.json")
     async def openapi():
-        return openapi_document(models, api_key is not None)
+        doc = openapi_document(models, api_key is not None)
+        doc["paths"][FEEDBACK] = feedback_openapi(ERROR_SCHEMA)
+        doc.setdefault("components", {}).setdefault("securitySchemes", {})["feedback"] = {"type": "http",
+                                                                                         "scheme": "bearer"}
+        return doc
 
     @app.get("/ready")
     async def ready():
@@ -156,28 +171,37 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
-    @app.get("/v1/models")
-    async def list_models():
-        now = int(time.time())
-        return {"object": "list", "data": [{"id": m, "object": "model", "created": now, "owned_by": "routedvlm"}
-                                           for m in models]}
+    add_routes(app, serving, served_model, models, limits.max_body_bytes)  # /v1/models, /version, /tokenize, ...
 
     @app.post(FEEDBACK)
     async def audit_feedback(request: Request):
-        return await feedback(serving.require(), await read_body(request, limits.max_body_bytes))
+        try:
+            routed = serving.require()
+            raw = await read_body(request, MAX_FEEDBACK_BYTES)
+        except Exception as exc:  # noqa: BLE001 - 503 while loading, 413, 499: answered in the OpenAI shape
+            return error(api_error(exc))
+        return await feedback(routed, raw)
 
     parsing, queued = asyncio.Semaphore(PARSE_SLOTS), [0]
 
     @app.post(CHAT)
     async def chat(request: Request):
+        return await answer(request, CHAT)
+
+    @app.post(TEXT)
+    async def text_completion(request: Request):
+        return await answer(request, TEXT)
+
+    async def answer(request, route):
         if queued[0] >= max_queued:
-            metrics.request(CHAT, "", "", 503)
+            metrics.request(route, "", "", 503)
             exc = APIError(503, f"This server is answering its limit of {max_queued} requests; retry later "
                                 "(routedvlm serve --max-queued).", type="server_error", code="server_overloaded")
             return JSONResponse(exc.body(), status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
         queued[0] += 1
         try:
-            handler = ChatHandler(serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines)
+            handler = ChatHandler(serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines,
+                                  route)
             return await handler(request)
         finally:
             queued[0] -= 1
@@ -188,10 +212,11 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
 class ChatHandler:
     """One POST /v1/chat/completions: read, parse, answer (streamed or not), and count it in the metrics."""
 
-    def __init__(self, serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines):
+    def __init__(self, serving, metrics, limits, models, served_model, min_new_tokens, parsing, deadlines, route=CHAT):
         self.require, self.metrics, self.limits, self.models, self.parsing = serving.require, metrics, limits, models, parsing
         self.served, self.min_new_tokens, self.serving, self.deadlines = served_model, min_new_tokens, serving, deadlines
         self.t0, self.model, self.strategy, self.open = time.perf_counter(), "", "", True
+        self.route, self.text = route, route == TEXT  # /v1/completions: text_completions.py
 
     async def __call__(self, request):
         from fastapi.responses import JSONResponse
@@ -206,31 +231,65 @@ class ChatHandler:
             if req.model == self.served:
                 check_routed_context(routed, req)
                 if req.stream:
-                    response = await self.stream_routed(routed, req)
+                    response = await stream_routed(self, routed, req, *self.chunks)
                     streaming = True
                     return response
-                out = await run_in_threadpool(run_routed, routed, req, self.limits, self.serving.pattern, self.deadlines)
-                payload, headers = routed_completion(out, req.model)
-                background = release_after(out)  # a sampled audit starts once the response is sent
-                self.strategy = out.strategy
-                self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
-                                      answered_by=out.answer_model)
+                outs = [await run_in_threadpool(run_routed, routed, one, self.limits, self.serving.pattern,
+                                                self.deadlines) for one in choices(req)]
+                bodies = [routed_completion(out, req.model) for out in outs]
+                payload, headers = merge_choices([b for b, _ in bodies]), bodies[0][1]
+                background = release_after(outs[0])  # a sampled audit starts once the response is sent
+                for out in outs:
+                    self.routed_answered(routed, req, out)
             else:
-                payload, headers = await run_in_threadpool(run_plain, routed, req, self.min_new_tokens, self.serving.pattern,
-                                                           self.deadlines)
-                self.strategy = payload["routedvlm"]["trace"][0]["stage"]
-                self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model)
+                if req.stream:
+                    response = await stream_plain(self, routed, req, *self.chunks)
+                    streaming = True
+                    return response
+                payloads = [await run_in_threadpool(self.run_plain_call, routed, one, None) for one in choices(req)]
+                payload, headers = merge_choices([p for p, _ in payloads]), payloads[0][1]
+                for one in payloads:
+                    self.plain_answered(req, one[0])
             self.done(200)
-            if req.stream and req.model != self.served:
-                return one_delta_stream(payload, req.include_usage, headers)
-            return JSONResponse(payload, headers=headers, background=background)
+            return JSONResponse(text_payload(payload) if self.text else payload, headers=headers, background=background)
         except Exception as exc:  # noqa: BLE001 - every failure is answered in the OpenAI shape
             err = api_error(exc).with_traceback(None)  # no frame <-> traceback cycle keeps a request's data alive
+            self.serving.sides.failed(exc)
             self.done(err.status)
-            return JSONResponse(err.body(), status_code=err.status)
+            extra = {"retry-after": str(RETRY_AFTER_S)} if err.status == 503 else None
+            return JSONResponse(err.body(), status_code=err.status, headers=extra)
         finally:
             if not streaming:
                 self.done()
+
+    @property
+    def chunks(self) -> tuple:
+        return (TextChunks,) if self.text else ()
+
+    def delta_sent(self) -> None:
+        """A streamed text delta went out: time to first token, then time between tokens (vllm:* histograms)."""
+        now = time.perf_counter()
+        last, self.last_delta = getattr(self, "last_delta", None), now
+        if last is None:
+            self.metrics.vllm.first_token(self.model, now - self.t0)
+        else:
+            self.metrics.vllm.next_token(self.model, now - last)
+
+    def run_plain_call(self, routed, req, streamer):
+        """(body, headers) of one plain-model call (in a worker thread)."""
+        return run_plain(routed, req, self.min_new_tokens, self.serving.pattern, self.deadlines, streamer)
+
+    def plain_answered(self, req, payload) -> None:
+        self.strategy = payload["routedvlm"]["trace"][0]["stage"]
+        self.serving.sides.answered([req.model])
+        self.metrics.answered(req.model, payload["routedvlm"]["trace"], payload["usage"], answered_by=req.model,
+                              finish_reason=payload["choices"][0]["finish_reason"])
+
+    def routed_answered(self, routed, req, out) -> None:
+        self.strategy = out.strategy
+        self.serving.sides.answered(out.models)
+        self.metrics.answered(req.model, out.trace, out.usage, fallback=out.fallback, loaded=routed.router is not None,
+                              answered_by=out.answer_model, finish_reason=out.finish_reason)
 
     async def parse(self, raw):
         """The validated request, parsed in a worker thread (at most PARSE_SLOTS at once); after a large body the
@@ -240,7 +299,7 @@ class ChatHandler:
         failed = None
         async with self.parsing:
             try:
-                req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served)
+                req = await run_in_threadpool(parse_body, raw, self.limits, self.models, self.served, self.text)
             except Exception as exc:  # noqa: BLE001 - raised again below, without the frames that hold the body
                 failed = exc.with_traceback(None)
         if len(raw) >= TRIM_BYTES:
@@ -258,46 +317,4 @@ class ChatHandler:
         self.metrics.in_flight.dec()
         if status is not None:
             seconds = time.perf_counter() - self.t0 if status == 200 else None
-            self.metrics.request(CHAT, self.model, self.strategy, status, seconds)
-
-    async def stream_routed(self, routed, req):
-        """An SSE response: the route goes out in the headers once decided, then the answer as it decodes."""
-        from fastapi.responses import StreamingResponse
-        from starlette.concurrency import run_in_threadpool
-
-        loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        neutralise(req.messages, self.serving.pattern)
-        stream = await run_in_threadpool(routed.stream, messages=req.messages, max_tokens=req.max_tokens)
-        run = stream_runner(routed, stream, req, self.limits, self.serving.pattern, self.deadlines)
-        loop.run_in_executor(None, run, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
-        kind, value = await events.get()
-        if kind == "error":
-            raise value
-        self.strategy = value["strategy"]
-        chunks = Chunks(req.model, req.include_usage)
-
-        async def body():
-            status = 499  # the client went away before the end
-            try:
-                yield chunks.delta({"role": "assistant", "content": ""})
-                while True:
-                    kind, value = await events.get()
-                    if kind == "delta":
-                        yield chunks.delta({"content": value})
-                        continue
-                    if kind == "done":
-                        self.metrics.answered(req.model, value.trace, value.usage, fallback=value.fallback,
-                                              loaded=routed.router is not None, answered_by=value.answer_model)
-                        status = 200
-                        yield chunks.end(value.finish_reason, value.usage, route_info(value))
-                    else:
-                        err = api_error(value)
-                        status = err.status
-                        yield Chunks.error(err)
-                    return
-            finally:
-                stream.cancel()
-                self.done(status)
-
-        headers = {**route_headers(value["strategy"], value["keep_tokens"], value["models"]), "cache-control": "no-cache"}
-        return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+            self.metrics.request(self.route, self.model, self.strategy, status, seconds)

@@ -161,6 +161,10 @@ class ModelSide(abc.ABC):
         """One plain completion in `mode` ("direct"/"reason") continuing an optional assistant `partial`
         (`routedvlm serve`'s plain models): a Generation. check_context(prompt_tokens) is called before decoding."""
 
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        """A raw continuation of `prompt` (no chat template; serve's /v1/completions): (Generation, text)."""
+        raise ModeUnavailableError(f"The model {self.name!r} cannot continue a raw prompt here; use chat completions.")
+
     # ----- reading outputs ----------------------------------------------------------------------------------------
     @abc.abstractmethod
     def decode(self, ids) -> str:
@@ -174,6 +178,12 @@ class ModelSide(abc.ABC):
     @abc.abstractmethod
     def reasoning_token_count(self, ids) -> int:
         """How many of a reasoning call's output tokens are reasoning."""
+
+    def reasoning_prefix(self, ids) -> int:
+        """How many leading output tokens are a think block through its (last) closing tag; 0 when none closes.
+        Default: token strings (an HTTP side)."""
+        ids = list(ids)
+        return len(ids) - ids[::-1].index(THINK_CLOSE) if THINK_CLOSE in ids else 0
 
     def eos_ids(self) -> list:
         """End-of-sequence token ids (empty when the side reports stops another way)."""

@@ -98,5 +98,10 @@ class ChatFormat:
     def reasoning_token_count(self, ids) -> int:
         return len(self.split_reasoning(list(ids))[0])
 
+    def reasoning_prefix(self, ids) -> int:
+        ids = [int(t) for t in ids]
+        close = self.think_close_id
+        return len(ids) - ids[::-1].index(close) if close is not None and close in ids else 0
+
     def hit_limit(self, gen, budget: int) -> bool:
         return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())

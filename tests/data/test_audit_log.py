@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from routedvlm.data.audit import AuditLog, read_log
-from routedvlm.errors import LabelsError, OutputLockedError
+from routedvlm.errors import ConfigError, LabelsError, OutputLockedError
 
 
 def audit(i, agree=True, **extra):
@@ -30,7 +30,7 @@ def feedback(i, gold, routed_correct, reference_correct):
 
 def test_records_are_checksummed_parts_read_back_in_order(tmp_path):
     path = tmp_path / "audit.parquet"
-    with AuditLog(path) as log:
+    with AuditLog(path, rows_per_part=1) as log:
         for i in range(5):
             log(audit(i, agree=i != 2))
     parts = sorted((tmp_path / "audit.parquet.parts").glob("part-*.parquet"))
@@ -58,7 +58,7 @@ def test_nothing_acknowledged_is_lost_on_kill(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_audit_log import audit
         from routedvlm.data.audit import AuditLog
-        log = AuditLog({str(path)!r}, store_inputs=True)
+        log = AuditLog({str(path)!r}, store_inputs=True, rows_per_part=1)
         i = 0
         while True:
             log(audit(i))
@@ -79,7 +79,7 @@ def test_nothing_acknowledged_is_lost_on_kill(tmp_path):
 
 def test_a_damaged_part_is_set_aside_with_a_warning(tmp_path, caplog):
     path = tmp_path / "audit.parquet"
-    with AuditLog(path) as log:
+    with AuditLog(path, rows_per_part=1) as log:
         for i in range(3):
             log(audit(i))
     victim = sorted((tmp_path / "audit.parquet.parts").glob("part-*.parquet"))[1]
@@ -140,3 +140,70 @@ def test_export_keeps_audits_with_inputs_and_gold(tmp_path, capsys):
         from routedvlm.data.audit.export import export
 
         export(tmp_path / "bare.parquet", tmp_path / "x.parquet")
+
+
+def test_records_are_written_in_batches_and_a_restart_reads_only_the_newest_part(tmp_path, monkeypatch):
+    """Issue 39: one file per record (531 files for 285 audits), all re-read on every restart."""
+    import pandas as pd
+
+    path = tmp_path / "audit.parquet"
+    with AuditLog(path, rows_per_part=100) as log:
+        for i in range(285):
+            log(audit(i))
+    parts = sorted((tmp_path / "audit.parquet.parts").glob("part-*.parquet"))
+    assert len(parts) == 3  # 100 + 100 + 85 (the last flushed on close)
+    opened = []
+    real = pd.read_parquet
+    monkeypatch.setattr(pd, "read_parquet", lambda p, *a, **k: opened.append(str(p)) or real(p, *a, **k))
+    with AuditLog(path) as log:  # a restart: the next sequence number from the newest part alone
+        log(audit(285))
+    monkeypatch.undo()
+    assert opened == [str(parts[-1])]
+    df = read_log(path)
+    assert list(df["seq"]) == list(range(286))
+
+
+def test_a_quiet_server_flushes_after_flush_seconds(tmp_path):
+    import time
+
+    path = tmp_path / "audit.parquet"
+    log = AuditLog(path, rows_per_part=1000, flush_seconds=0.2)
+    try:
+        log(audit(0))
+        for _ in range(600):  # bounded: the timer writes the part
+            if list((tmp_path / "audit.parquet.parts").glob("part-*.parquet")):
+                break
+            time.sleep(0.05)
+        assert list(read_log(path)["request_id"]) == ["req-0"]
+    finally:
+        log.close()
+
+
+def test_replicas_write_their_own_parts_and_the_report_merges_them(tmp_path, capsys):
+    from routedvlm.cli import main
+
+    path = tmp_path / "audit.parquet"
+    a, b = AuditLog(path, replica="pod-a"), AuditLog(path, replica="pod-b")  # both alive at once: no lock conflict
+    try:
+        for i in range(300):
+            (a if i % 2 else b)(audit(i))
+        a(feedback(1, "4", True, True))
+    finally:
+        a.close(), b.close()
+    assert (tmp_path / "audit.parquet.replica-pod-a.parts").is_dir() and (tmp_path / "audit.parquet.replica-pod-b.parts").is_dir()
+    df = read_log(path)
+    assert len(df) == 301 and set(df["replica"]) == {"pod-a", "pod-b"}
+    assert list(df[df["kind"] == "audit"]["request_id"]) == [f"req-{i}" for i in range(300)]  # merged by time
+    assert main(["audit", "report", str(path)]) == 0
+    assert "now: holding after 300 audits" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="replica"):
+        AuditLog(path, replica="../escape")
+
+
+def test_the_status_history_is_bounded():
+    from routedvlm.inference.audit.monitor import HISTORY_ROWS, AuditMonitor
+
+    mon = AuditMonitor(alpha=0.1, reference="large_reason")
+    for i in range(HISTORY_ROWS + 500):
+        mon.record(f"req-{i}", True)
+    assert len(mon.history) == HISTORY_ROWS and mon.history[-1]["audits"] == HISTORY_ROWS + 500

@@ -89,3 +89,38 @@ def test_the_cli_imports_a_three_model_table_with_the_ladder_in_its_metadata(tmp
     assert meta["ladder"] == ["small", "mid", "large"] and meta["models"]["mid"]["name"] == "4B"
     assert labels["label"].tolist() == ["small_direct", "mid_direct", "large_direct"]
     assert main(["validate", str(out), "--strict"]) == 0
+
+
+def _correctness_only(n=6):
+    """A RouteLLM-style table with correctness columns only (no response, no cost column)."""
+    return pd.DataFrame({"prompt": [f"q{i}: 2 + {i}?" for i in range(n)], "cheap-model": [True, False] * (n // 2),
+                         "dear-model": [True] * n})
+
+
+def test_a_table_without_response_or_cost_columns_is_refused_naming_the_flag():
+    with pytest.raises(LabelsError, match=r"no `<model>_response`.*--cost-ms 'cheap-model=1,dear-model=10'"):
+        import_outcomes(_correctness_only(), "routellm")
+
+
+def test_costs_per_call_from_the_command_line_import_such_a_table_in_cost_order(tmp_path, capsys):
+    labels = import_outcomes(_correctness_only(), "routellm", cost_ms={"dear-model": 40.0, "cheap-model": 4.0})
+    assert labels.attrs["models"] == {"small": "cheap-model", "large": "dear-model"}  # ordered by the given cost
+    assert labels["latency_ms__small_direct"].tolist() == [4.0] * 6 and labels["latency_ms__large_direct"].eq(40).all()
+    assert labels["correct__small_direct"].tolist() == [True, False] * 3
+    src = tmp_path / "t.csv"
+    _correctness_only().to_csv(src, index=False)
+    out = tmp_path / "labels.parquet"
+    assert main(["import-outcomes", "--layout", "routellm", str(src), "--cost-ms", "cheap-model=4,dear-model=40",
+                 "--out", str(out)]) == 0
+    from routedvlm.data.labels.schema import read_labels
+
+    got, meta = read_labels(out)
+    assert got["latency_ms__large_direct"].eq(40).all() and "--cost-ms" in meta["costs"]
+
+
+@pytest.mark.parametrize("costs, why", [({"cheap-model": 1.0, "nope": 2.0}, "no correctness column 'nope'"),
+                                        ({"cheap-model": 1.0, "dear-model": float("nan")}, "finite number"),
+                                        ({"cheap-model": 1.0, "dear-model": -3}, "finite number")])
+def test_bad_costs_per_call_are_refused_by_name(costs, why):
+    with pytest.raises(LabelsError, match=why):
+        import_outcomes(_correctness_only(), "routellm", cost_ms=costs)

@@ -5,6 +5,7 @@ import io
 import socket
 import struct
 import subprocess
+import threading
 import sys
 import time
 import zlib
@@ -100,3 +101,27 @@ def stop_process(proc) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def limited_server(app, **limits):
+    """`app` under uvicorn with the guarded protocol and ConnectionLimits(**limits), in a thread; yields its port."""
+    import uvicorn
+
+    from routedvlm.inference.serving.connections import ConnectionLimits, guarded_protocol
+
+    cl = ConnectionLimits(**{"header_timeout": 10.0, "max_connections": 1000, **limits})
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=2,
+                                           http=guarded_protocol(cl.header_timeout, cl.max_connections, cl)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(600):
+        if server.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(60)

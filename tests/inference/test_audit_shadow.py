@@ -131,7 +131,7 @@ def test_server_releases_the_audit_after_the_response_and_takes_feedback(gated, 
     from routedvlm.inference.serving.server import create_app
 
     vlm = gated()
-    with TestClient(create_app(vlm)) as http:
+    with TestClient(create_app(vlm, feedback_key="gold"), headers={"authorization": "Bearer gold"}) as http:
         r = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["square"], "Color?")})
         assert r.status_code == 200 and r.headers["x-routedvlm-audited"] == "1"
         rid = r.headers["x-routedvlm-request-id"]

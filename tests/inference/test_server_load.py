@@ -22,7 +22,7 @@ def _bad_bodies(images):
         ("too large", b'{"model": "routedvlm", "pad": "' + b"x" * 1_200_000 + b'"}', 413),
         ("too large, chunked", iter([b'{"model": "routedvlm", "pad": "', b"x" * 700_000, b"x" * 700_000, b'"}']), 413),
         ("broken json", b'{"model": "routedvlm", "messages": [', 400),
-        ("temperature", body(messages=user(images["tall"], "Color?"), temperature=0.7), 400),
+        ("temperature", body(messages=user(images["tall"], "Color?"), temperature=7), 400),
         ("two images", body(messages=user(images["tall"], "Color?", n_images=2)), 400),
     ]
 

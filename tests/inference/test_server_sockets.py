@@ -21,7 +21,7 @@ def thread_server(app, max_connections=1000, head_timeout=HEAD_TIMEOUT):
     """`app` under uvicorn with the guarded protocol, in a thread of this process; yields the base URL."""
     import uvicorn
 
-    from routedvlm.inference.serving.guards import guarded_protocol
+    from routedvlm.inference.serving.connections import guarded_protocol
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=2,

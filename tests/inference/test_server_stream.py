@@ -74,7 +74,7 @@ def test_metrics_scrape_parses(client, served, images):
     from prometheus_client.parser import text_string_to_metric_families
 
     client.chat.completions.create(model="routedvlm", messages=user(images["square"], QUESTIONS[1]))
-    post(served["url"], {"model": "routedvlm", "messages": user(images["square"], "Q"), "top_p": 0.5})
+    post(served["url"], {"model": "routedvlm", "messages": user(images["square"], "Q"), "use_beam_search": True})
     r = httpx.get(f"{served['url']}/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(r.text)}

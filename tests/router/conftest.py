@@ -97,3 +97,17 @@ def probe_router(tmp_path_factory):
             if "lora_B" in name:
                 p.normal_(0, 0.2)
     return LoRAProbeRouter(policy, net)
+
+
+@pytest.fixture(scope="session")
+def knn_router(feature_table):
+    """A KNNRouter whose bank is the feature table: transfers correct above a confidence threshold, as lgbm_router."""
+    from routedvlm.router.knn import KNNRouter
+
+    x = feature_table[FEATURES].to_numpy(dtype=np.float32)
+    conf = feature_table[FEATURES[1]].to_numpy()
+    y = np.stack([conf > 0.7, conf > 0.45, conf > 0.25, np.ones(len(conf), bool)], axis=1).astype(np.float32)
+    policy = Policy(router_type="knn", strategies=STRATEGIES, mode="cascade", paid_stages=["large_direct", "small_direct"],
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
+                    params={"knn": {"k": 7, "prior": 1.0}})
+    return KNNRouter(policy, {"x": x, "y": y, "mean": x.mean(axis=0), "std": x.std(axis=0)})

@@ -18,7 +18,7 @@ MV = {"name": "mutual-verification", "param": None, "accept": "large_direct", "e
     ({"rule": {**BINARY, "param": 1e308}}, r"of a 'binary' rule must be in \[0, 1\]\. Got 1e\+308\."),
     ({"rule": {**BINARY, "param": -1}}, r"of a 'binary' rule must be in \[0, 1\]\. Got -1\."),
     ({"rule": {**BINARY, "param": 0.5, "escalate": "transfer_999999"}},
-     r"`rule\['escalate'\]` must be a candidate strategy \('large_direct', .*\)\. Got 'transfer_999999'\."),
+     r"`rule\['escalate'\]` must be a strategy id such as 'large_reason'\. Got 'transfer_999999'\."),  # K > 65536
     ({"rule": {**MV, "keep_tokens": -3}}, r"`rule\['keep_tokens'\]` must be a positive integer or None \(all\)\. Got -3\."),
     ({"rule": {**MV, "keep_tokens": "16"}}, r"`rule\['keep_tokens'\]` must be a positive integer .* Got '16'\."),
     ({"rule": {**MV, "keep_tokens": 64}}, r"keeping 64 tokens must be 'transfer_64'\. Got 'transfer_16'\."),

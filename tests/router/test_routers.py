@@ -12,6 +12,7 @@ from routedvlm.router.policy import FORMAT_VERSION
 def make_router(lgbm_router, request):
     factories = {
         "lightgbm": lambda: lgbm_router,
+        "knn": lambda: request.getfixturevalue("knn_router"),
         "lora-probe": lambda: request.getfixturevalue("probe_router"),
         "self-probe": lambda: request.getfixturevalue("self_probe_router"),
         "mutual-verification": lambda: MutualVerificationRouter(keep_tokens=32),

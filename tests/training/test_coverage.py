@@ -15,6 +15,9 @@ GSM8K = Path(__file__).resolve().parents[1] / "data" / "routellm_gsm8k" / "gsm8k
 
 
 ACCURACY, MIN_ACCURACY = {"kind": "accuracy", "value": 0.95}, {"kind": "min_accuracy", "value": 0.85}
+REGRET = {"kind": "accuracy", "value": 0.95, "loss": "regret"}  # the accuracy target certified on the regret proxy
+DIFF_CP = {"kind": "accuracy", "value": 0.95, "test": "clopper-pearson"}  # the difference, Clopper-Pearson pair
+# ACCURACY: the difference with the default betting p-value (one draw at a time: fewer draws)
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +40,20 @@ def world():
 
 def _tables(world, target):
     router, train, population, cache = world
-    key = target["kind"]
+    key = (target["kind"], target.get("loss"), target.get("test"))
     if key not in cache:
         cache[key] = coverage.population_tables(router, population, train, target)
     return cache[key]
 
 
-@pytest.mark.parametrize("target", [ACCURACY, MIN_ACCURACY])
+@pytest.mark.parametrize("target", [ACCURACY, DIFF_CP, REGRET, MIN_ACCURACY],
+                         ids=["difference-betting", "difference-clopper-pearson", "regret", "min_accuracy"])
 def test_certified_statements_are_false_in_at_most_delta_of_the_draws_and_a_good_router_certifies(world, target):
     population = world[2]
     tables, spec = _tables(world, target)
-    out = coverage.repeat_draws(tables, spec.alpha, N_CAL, DRAWS, DELTA, seed=1)
-    assert out["violation_rate"] <= DELTA + coverage.binomial_slack(DELTA, DRAWS), out
+    draws = 300 if spec.test == "betting" and spec.kind == "difference" else DRAWS
+    out = coverage.repeat_draws(tables, spec.alpha, N_CAL, draws, DELTA, seed=1, test=spec.test)
+    assert out["violation_rate"] <= DELTA + coverage.binomial_slack(DELTA, draws), out
     assert out["chosen_violation_rate"] <= out["violation_rate"]
     assert out["feasible_rate"] >= 0.9, out  # power: a good router certifies in nearly every draw
     reference_ms = float(population[f"latency_ms__{spec.reference}"].mean())
@@ -61,20 +66,29 @@ def test_without_the_test_the_same_count_finds_violations(world):
     assert out["naive_violation_rate"] > 2 * DELTA > out["violation_rate"], out
 
 
-def test_the_repeated_draws_certify_what_certify_certifies(world):
+@pytest.mark.parametrize("target", [ACCURACY, DIFF_CP, REGRET], ids=["betting", "clopper-pearson", "regret"])
+def test_the_repeated_draws_certify_what_certify_certifies(world, target):
     router, train, population, _ = world
-    target = ACCURACY
     tables, spec = _tables(world, target)
     rows = np.random.default_rng(3).integers(0, len(population), N_CAL)
     calib = population.iloc[rows].reset_index(drop=True).assign(sample_id=[f"c{i:04d}" for i in range(N_CAL)])
     cal = certify(router, calib, train, target, DELTA)
     for chain, table in tables.items():
-        k = table.losses[:, rows].sum(axis=1)
-        p = np.where(table.trivial, 0.0, coverage.ltt.binomial_p_value(k, N_CAL, spec.alpha))
+        if spec.kind == "difference" and spec.test == "betting":  # rows in the fixed order the test reads them
+            p = coverage.ltt.betting_p_value(table.losses[:, rows][:, coverage.ltt.shuffled(N_CAL)], spec.alpha, -1.0,
+                                             1.0, DELTA / len(tables))
+        elif spec.kind == "difference":
+            k_loss, k_gain = (table.losses[:, rows] > 0).sum(axis=1), (table.losses[:, rows] < 0).sum(axis=1)
+            p = coverage.ltt.difference_p_value(k_loss, k_gain, N_CAL, spec.alpha)
+        else:
+            p = coverage.ltt.binomial_p_value(table.losses[:, rows].sum(axis=1), N_CAL, spec.alpha)
+        p = np.where(table.trivial, 0.0, p)
         assert coverage.ltt.certified_prefix(p, DELTA / len(tables)).tolist() == [s.certified for s in cal.chains[chain]]
+    assert cal.feasible  # a draw that certifies something: the comparison is not vacuous
 
 
-def test_on_routellm_gsm8k_outcomes_the_certificate_holds_over_random_splits():
+@pytest.mark.parametrize("loss, test", [("difference", "betting"), ("difference", "clopper-pearson"), ("regret", None)])
+def test_on_routellm_gsm8k_outcomes_the_certificate_holds_over_random_splits(loss, test):
     import pandas as pd
 
     from routedvlm.data.labels.outcomes import import_outcomes
@@ -90,7 +104,9 @@ def test_on_routellm_gsm8k_outcomes_the_certificate_holds_over_random_splits():
     cfg = TrainConfig(no_mlflow=True, num_boost_round=30, mode="one-shot", num_leaves=4, cv_folds=0)
     router = fit_router(cfg, Split(train, train.head(20), train.head(20)), ["small_direct", "large_direct"], features,
                         [], "gsm8k")
-    tables, spec = coverage.population_tables(router, population, train, {"kind": "accuracy", "value": 0.9})
-    out = coverage.repeat_draws(tables, spec.alpha, 100, DRAWS, DELTA, seed=4)
+    target = {"kind": "accuracy", "value": 0.9, "loss": loss, **({"test": test} if test else {})}
+    tables, spec = coverage.population_tables(router, population, train, target)
+    assert spec.kind == loss
+    out = coverage.repeat_draws(tables, spec.alpha, 100, DRAWS, DELTA, seed=4, test=spec.test)
     assert out["violation_rate"] <= DELTA + coverage.binomial_slack(DELTA, DRAWS), out
     assert out["feasible_rate"] > 0.5, out  # mixtral alone is right often enough that cheaper rules certify

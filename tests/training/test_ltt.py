@@ -82,3 +82,36 @@ def test_p_values_and_fixed_sequence_agree_with_mapie():
     ours = sorted(6 * i + j for i, c in enumerate(chains) for j in ltt.fixed_sequence(c, 0.1 / 4))
     theirs = control_fwer(np.concatenate(chains), 0.1, FWERFixedSequenceTesting(n_starts=4))
     assert ours == list(theirs) == [0, 1, 12, 18, 19, 20, 21, 22]
+
+
+def test_the_difference_p_value_is_the_level_where_the_two_clopper_pearson_bounds_meet_alpha():
+    from scipy.stats import beta
+
+    p = float(ltt.difference_p_value(10, 4, 300, 0.05))
+    gap = beta.ppf(1 - p / 2, 11, 290) - beta.ppf(p / 2, 4, 297)
+    assert gap == pytest.approx(0.05, abs=1e-7)
+    # no gain rows: the lower bound is 0, so the p-value is twice the binomial one at alpha (the upper bound at p/2)
+    assert float(ltt.difference_p_value(3, 0, 300, 0.05)) == pytest.approx(2 * float(ltt.binomial_p_value(3, 300, 0.05)),
+                                                                            rel=1e-6)
+    # a difference above alpha is never certified
+    assert float(ltt.difference_p_value(40, 10, 300, 0.05)) == 1.0
+
+
+def test_the_betting_p_value_is_valid_and_rejects_a_clearly_small_mean():
+    rng = np.random.default_rng(0)
+    alpha, n, draws = 0.05, 300, 2000
+    # at the null's edge (mean exactly alpha): P(p <= 0.1) <= 0.1 up to binomial slack
+    loss = rng.choice([-1, 0, 1], size=(draws, n), p=[0.05, 0.85, 0.10])  # mean 0.05
+    assert float(np.mean(ltt.betting_p_value(loss, alpha, -1.0, 1.0, 0.1) <= 0.1)) <= 0.1 + 3 * np.sqrt(0.09 / draws)
+    # a mean well below alpha: rejected
+    small = rng.choice([-1, 0, 1], size=(50, n), p=[0.08, 0.88, 0.04])  # mean -0.04
+    assert float(np.mean(ltt.betting_p_value(small, alpha, -1.0, 1.0, 0.1) <= 0.1)) >= 0.9
+    # the fixed order it reads rows in does not depend on the data
+    assert ltt.shuffled(5).tolist() == ltt.shuffled(5).tolist() and sorted(ltt.shuffled(5)) == list(range(5))
+
+
+def test_rows_needed_for_the_difference_shrinks_with_more_gain_rows():
+    a = ltt.rows_needed_difference(0.03, 0.0, 0.05, 0.025)
+    b = ltt.rows_needed_difference(0.03, 0.02, 0.05, 0.025)
+    assert a is not None and b is not None and b < a
+    assert ltt.rows_needed_difference(0.07, 0.01, 0.05, 0.025) is None

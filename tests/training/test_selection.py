@@ -19,11 +19,29 @@ def _cert(delta=0.025):
 def test_a_restated_certificate_quotes_the_level_after_the_choice_and_never_lowers_it():
     cert = restate_after_selection(_cert(), 0.1, 4, "demo champion")
     assert cert["delta_each"] == 0.025 and cert["delta_after_selection"] == 0.1 and cert["routers_compared"] == 4
+    # the headline key states the level that holds, not the level each router was tested at (issue 37)
+    assert cert["delta"] == 0.1
     assert cert["statement"] == ("with probability >= 0.9 over the calibration draw (after choosing among 4 routers "
                                  "certified on the same calibration rows, each at delta 0.025), on new traffic from "
                                  "the same distribution: accuracy >= 0.9000 (tau = 0.9; ...)")
     again = restate_after_selection(dict(cert), 0.05, 2, "ledger")  # a smaller level never replaces a larger one
-    assert again["delta_after_selection"] == 0.1 and again["routers_compared"] == 4
+    assert again["delta_after_selection"] == 0.1 and again["routers_compared"] == 4 and again["delta"] == 0.1
+
+
+def test_an_old_certificate_without_delta_each_keeps_its_tested_level_under_that_key():
+    old = {k: v for k, v in _cert().items() if k not in ("delta_each", "delta_after_selection")}
+    cert = restate_after_selection(old, 0.1, 4, "demo champion")
+    assert (cert["delta"], cert["delta_each"], cert["delta_after_selection"]) == (0.1, 0.025, 0.1)
+
+
+def test_a_restated_result_states_the_level_that_holds_in_its_metrics_too():
+    from routedvlm.training.calibration.selection import restate_result
+
+    policy = SimpleNamespace(certificate=_cert(), metrics={"certificate_delta": 0.025})
+    result = SimpleNamespace(router=SimpleNamespace(policy=policy), evaluation={}, table="", output_dir=None)
+    restate_result(result, 0.1, 4, "demo champion")
+    assert policy.metrics["certificate_delta"] == 0.1 and policy.metrics["certificate_delta_each"] == 0.025
+    assert result.evaluation["certificate"]["delta"] == 0.1
 
 
 class FakeClient:

@@ -79,9 +79,9 @@ def test_policy_records_mode_costs_and_provenance(trained):
     # certified at delta 0.1 on labels with a known ground truth: the held-out test rows meet the target too
     learned = trained.evaluation["rows"][-1]
     assert p.metrics["test_target_met"] is True and learned["accuracy"] >= p.metrics["test_required_accuracy"]
-    assert p.target == {"kind": "accuracy", "value": 0.95}
+    assert p.target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "betting"}
     assert p.metrics["calibration_rows"] > 0 and p.metrics["certificate_delta"] == 0.1
-    assert p.certificate["method"].startswith("learn-then-test: exact binomial p-values")
+    assert p.certificate["method"].startswith("learn-then-test: accuracy difference, Waudby-Smith-Ramdas")
 
 
 @pytest.mark.slow

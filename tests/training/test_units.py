@@ -64,13 +64,16 @@ def test_split_is_deterministic_stratified_and_disjoint(synthetic_df):
 
 
 def test_config_validation():
-    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95}
+    assert TrainConfig().target == {"kind": "accuracy", "value": 0.95, "loss": "difference", "test": "betting"}
+    assert TrainConfig(relative_loss="regret").target == {"kind": "accuracy", "value": 0.95, "loss": "regret"}
+    with pytest.raises(ConfigError, match="`relative_loss` must be"):
+        TrainConfig(relative_loss="hinge")
     assert TrainConfig(max_latency_ms=500).target == {"kind": "latency_ms", "value": 500.0}
     assert TrainConfig(min_accuracy=0.9).target == {"kind": "min_accuracy", "value": 0.9}
     assert TrainConfig(strategies="large_direct, transfer_64").strategies == ["large_direct", "transfer_64"]
     with pytest.raises(ConfigError, match=r"give exactly one of `target_accuracy`, `min_accuracy` and `max_latency_ms`"):
         TrainConfig(target_accuracy=0.9, max_latency_ms=100)
-    with pytest.raises(ConfigError, match=r"`mode` must be 'cascade' or 'one-shot'; got 'two-shot'"):
+    with pytest.raises(ConfigError, match=r"`mode` must be 'auto', 'cascade' or 'one-shot'; got 'two-shot'"):
         TrainConfig(mode="two-shot")
     with pytest.raises(ConfigError, match=r"`target_accuracy` must be in \(0, 1\) \(1.0 leaves no room"):
         TrainConfig(target_accuracy=1.5)
@@ -113,3 +116,9 @@ def test_prompt_template_of_the_labels(caplog):
     with caplog.at_level(logging.WARNING, logger="routedvlm.training.steps"):
         assert prompt_template_of({}) is None
     assert "records no prompt_template" in caplog.text
+
+
+def test_chains_are_parsed_and_checked():
+    assert TrainConfig(chains="tau, lagrangian").chains == ["tau", "lagrangian"]
+    with pytest.raises(ConfigError, match="`chains` must name some of"):
+        TrainConfig(chains="tau,gamma")

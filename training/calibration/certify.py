@@ -1,21 +1,28 @@
 """Certified calibration (Learn-then-Test): the member of the rule family (rule_family.py) that meets the target
 with a finite-sample guarantee at the least mean latency on the calibration rows.
 
-The certified loss is 0/1 per row; its mean is the risk, limited to `alpha`:
+The certified loss per row; its mean is the risk, limited to `alpha`:
 - target `accuracy` f (a fraction of the best single strategy's): the reference is the candidate most accurate on
-  the training rows (normally large_reason); loss = 1[reference right and chosen wrong] (the regret); alpha = (1 - f)
-  x the reference's training accuracy. Certified: accuracy >= accuracy(reference) - alpha (the policy is right
-  wherever the reference is, except on regret rows; rows it gets right and the reference wrong count for nothing).
+  the training rows (normally large_reason); alpha = (1 - f) x the reference's training accuracy. Certified:
+  accuracy >= accuracy(reference) - alpha. Two losses (`target["loss"]`):
+  - `difference` (the default): the accuracy difference itself, +1 [reference right and chosen wrong], -1 [reference
+    wrong and chosen right], else 0; its mean is accuracy(reference) - accuracy(chosen), exactly the quantity asked
+    for. p-value (`target["test"]`): `betting` (the default, by measurement: benchmarks/README.md, "Price of the
+    guarantee"): Waudby-Smith-Ramdas betting on the loss in [-1, 1], rows read in a fixed data-independent order
+    (ltt.betting_p_value, ltt.shuffled); or `clopper-pearson`: the least level at which the Clopper-Pearson upper
+    bound on P(+1) minus the lower bound on P(-1), each at half the level, is <= alpha;
+  - `regret`: 1[reference right and chosen wrong] (rows it gets right and the reference wrong count for nothing):
+    the stronger statement "never worse than the reference on its rows, but on an alpha share"; exact binomial.
 - target `min_accuracy` a: loss = 1[chosen wrong], alpha = 1 - a. Certified: accuracy >= a.
 - target `latency_ms` L: not certified; the most accurate member whose calibration mean latency is <= L.
-One null "risk > alpha" per member, p-value P(Binomial(n, alpha) <= losses) (ltt.py); fixed-sequence testing in each
-chain at level delta / (number of chains), Bonferroni over the chains: with probability >= 1 - delta over the
-calibration draw every certified member has risk <= alpha on new traffic from the same distribution (i.i.d.;
-nothing per request, nothing under shift). The least mean calibration latency wins among the certified (ties: lower
-risk, then the simpler rule: baselines, binary, tau, lagrangian). "Always the reference" has regret 0 by
-construction: certified without a test. When nothing else is certified the calibration is infeasible: always the
-reference, and `rows_needed` says about how many calibration rows would certify the most promising member at its
-observed risk.
+One null "risk > alpha" per member (ltt.py); fixed-sequence testing in each chain at level delta / (number of
+chains), Bonferroni over the chains: with probability >= 1 - delta over the calibration draw every certified member
+has risk <= alpha on new traffic from the same distribution (i.i.d.; nothing per request, nothing under shift). The
+least mean calibration latency wins among the certified (ties: lower risk, then the simpler rule: baselines, binary,
+tau, lagrangian). "Always the reference" has loss 0 on every row by construction: certified without a test, and
+reported as trivial (`trivial: true`): a target only it meets is no routing. When nothing else is certified the
+calibration is infeasible: always the reference, and `rows_needed` says about how many calibration rows would
+certify the most promising member at its observed risk.
 """
 from __future__ import annotations
 
@@ -26,56 +33,15 @@ import numpy as np
 import pandas as pd
 
 from routedvlm.errors import ConfigError
-from routedvlm.router.strategies import strategy_order
 from routedvlm.router.decision_rules import fixed_rule
 
 from . import ltt
+from .risk import METHOD, METHODS, RiskSpec, risk_spec  # noqa: F401 (re-exported: certify.risk_spec)
 from .rule_family import CHAINS, Member, Scorer, baseline_members, model_chains
 from .selection import SELF_ONLY, claim_sentence
 
 log = logging.getLogger(__name__)
 DEFAULT_DELTA = 0.1
-METHOD = "learn-then-test: exact binomial p-values, fixed-sequence testing per rule chain, Bonferroni over chains"
-
-
-@dataclass
-class RiskSpec:
-    """What is certified: `kind` 'regret' (vs `reference`), 'error', or 'none' (latency budgets), at limit `alpha`."""
-
-    kind: str
-    alpha: float | None
-    reference: str
-    reference_train_accuracy: float
-
-    def losses(self, df: pd.DataFrame, correct: np.ndarray) -> np.ndarray:
-        if self.kind == "regret":
-            return df[f"correct__{self.reference}"].to_numpy(dtype=bool) & ~correct
-        return ~np.asarray(correct, dtype=bool)
-
-    @property
-    def loss_text(self) -> str:
-        if self.kind == "regret":
-            return f"regret vs {self.reference}: 1[{self.reference} right and chosen wrong]"
-        return "error: 1[chosen wrong]" if self.kind == "error" else "none (latency budgets are not certified)"
-
-    def is_trivial(self, member: Member) -> bool:
-        """'Always the reference' under a regret loss: loss 0 on every row, by construction."""
-        return self.kind == "regret" and member.rule == fixed_rule(self.reference)
-
-
-def risk_spec(target: dict, train: pd.DataFrame, candidates, reference: str | None = None) -> RiskSpec:
-    """The certified loss and its limit for `target` (module docstring); the reference comes from `train` (or is
-    `reference`, a labelled strategy that need not be a candidate: a sub-pair certified against the ladder's)."""
-    accs = {s: float(train[f"correct__{s}"].mean()) for s in [*candidates, *([reference] if reference else [])]}
-    ref = reference or max(sorted(candidates, key=strategy_order, reverse=True), key=lambda s: accs[s])  # ties: costlier
-    kind, value = target["kind"], float(target["value"])
-    if kind == "accuracy":
-        return RiskSpec("regret", (1.0 - value) * accs[ref], ref, accs[ref])
-    if kind == "min_accuracy":
-        return RiskSpec("error", 1.0 - value, ref, accs[ref])
-    return RiskSpec("none", None, ref, accs[ref])
-
-
 @dataclass
 class Scored:
     """A member's numbers on the calibration rows and its test result."""
@@ -83,18 +49,20 @@ class Scored:
     member: Member
     accuracy: float
     mean_latency_ms: float
-    losses: int
+    losses: int  # rows with loss +1
     n: int
     p_value: float | None = None
     certified: bool = False
+    gains: int = 0  # rows with loss -1 (the difference: reference wrong and chosen right)
 
     @property
     def risk(self) -> float:
-        return self.losses / self.n if self.n else float("nan")
+        return (self.losses - self.gains) / self.n if self.n else float("nan")
 
     def to_dict(self) -> dict:
         return {**self.member.to_dict(), "accuracy": self.accuracy, "mean_latency_ms": self.mean_latency_ms,
-                "losses": self.losses, "risk": self.risk, "p_value": self.p_value, "certified": self.certified}
+                "losses": self.losses, "gains": self.gains, "risk": self.risk, "p_value": self.p_value,
+                "certified": self.certified}
 
 
 @dataclass
@@ -125,32 +93,52 @@ class Calibration:
         if s.kind == "none":
             return (f"latency budget {self.target['value']:g} ms: {c.member.name} has mean latency "
                     f"{c.mean_latency_ms:.1f} ms on the {self.n} calibration rows (not certified)")
-        claim = (f"accuracy >= accuracy({s.reference}) - {s.alpha:.4f}" if s.kind == "regret"
+        claim = (f"accuracy >= accuracy({s.reference}) - {s.alpha:.4f}" if s.relative
                  else f"accuracy >= {1 - s.alpha:.4f}")
         if not self.feasible:
             more = (f"about {self.rows_needed} are needed ({self.needed_for} at its observed risk)" if self.rows_needed
                     else "no rule's observed risk is below the limit, so more rows alone will not do; lower the target")
             return (f"infeasible with {self.n} calibration rows: no rule certifies {claim} at delta={self.delta:g}; "
                     f"{more}. Falling back to always {c.member.rule.get('strategy', s.reference)}.")
-        return claim_sentence(self.delta, 1, self.delta, f"{claim} ({c.member.name}; {s.loss_text} <= {s.alpha:.4f}; "
-                              f"observed {c.losses}/{self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+        seen = f"{c.losses} - {c.gains}" if s.kind == "difference" else f"{c.losses}"
+        fixed = (f"a fixed rule, no routing: only always {c.member.rule.get('strategy')} is certified; "
+                 if self.trivial else "")
+        return claim_sentence(self.delta, 1, self.delta, f"{claim} ({fixed}{c.member.name}; {s.loss_text} <= "
+                              f"{s.alpha:.4f}; observed {seen} in {self.n}, p = {c.p_value:.3g} <= {self.level:.3g})")
+
+    @property
+    def trivial(self) -> bool:
+        """The chosen rule is a fixed strategy (no routing): what it certifies needs no router."""
+        return self.chosen is not None and self.chosen.member.rule.get("name") == "fixed"
+
+    @property
+    def outcome(self) -> str:
+        """'routing' (a rule that routes is certified), 'fixed rule' (only a fixed strategy other than the reference
+        is), 'infeasible' (only the reference, certified by construction: always it), 'not certified' (budgets)."""
+        if self.spec.kind == "none":
+            return "not certified"
+        return "infeasible" if not self.feasible else "fixed rule" if self.trivial else "routing"
 
     def certificate(self) -> dict:
         """What policy.json records (`certificate`)."""
         s, c = self.spec, self.chosen
-        bound = None if s.kind == "none" else (s.alpha if s.kind == "regret" else 1 - s.alpha)
-        meaning = {"regret": f"accuracy >= accuracy({s.reference}) - bound", "error": "accuracy >= bound",
-                   "none": "no bound"}[s.kind]
+        bound = None if s.kind == "none" else (s.alpha if s.relative else 1 - s.alpha)
+        meaning = ("no bound" if s.kind == "none" else "accuracy >= bound" if s.kind == "error"
+                   else f"accuracy >= accuracy({s.reference}) - bound")
+        # `delta`: the level that holds for this router (restated after any choice among routers: selection.py);
+        # `delta_each`: the level its own test ran at; `level_per_chain`: each chain's fixed-sequence level
         return {"delta": self.delta, "delta_each": self.delta, "delta_after_selection": self.delta,
                 "routers_compared": 1, "selection": SELF_ONLY, "calibration_hash": self.calibration_hash,
                 "n": self.n, "bound": bound, "bound_meaning": meaning,
-                "method": METHOD if s.kind != "none" else "empirical (latency budgets are not certified)",
-                "loss": s.loss_text, "risk_limit": s.alpha, "reference": s.reference,
+                "method": s.method if s.kind != "none" else "empirical (latency budgets are not certified)",
+                "loss": s.loss_text, "loss_kind": s.kind, "risk_limit": s.alpha, "reference": s.reference,
                 "reference_train_accuracy": s.reference_train_accuracy, "level_per_chain": self.level,
                 "chains": [k for k in CHAINS if k in self.chains], "chosen": c.member.name,
                 "router_mode": self.router_mode[0], "router_paid_stages": list(self.router_mode[1]),
-                "risk_observed": c.risk, "losses": c.losses, "p_value": c.p_value, "certified": bool(c.certified),
-                "feasible": bool(self.feasible), "rows_needed": self.rows_needed, "statement": self.statement()}
+                "risk_observed": c.risk, "losses": c.losses, "gains": c.gains, "p_value": c.p_value,
+                "certified": bool(c.certified and self.feasible) if s.kind != "none" else False,
+                "feasible": bool(self.feasible), "trivial": self.trivial, "outcome": self.outcome,
+                "rows_needed": self.rows_needed, "statement": self.statement()}
 
     def to_dict(self) -> dict:
         return {"certificate": self.certificate(), "chosen": self.chosen.to_dict(),
@@ -164,7 +152,7 @@ TIE_ORDER = ("baselines", "binary", "tau", "lagrangian")  # equal latency and ri
 
 
 def _rank(s: Scored) -> tuple:
-    return (s.mean_latency_ms, s.losses, TIE_ORDER.index(s.member.chain))
+    return (s.mean_latency_ms, s.risk, TIE_ORDER.index(s.member.chain))
 
 
 def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, list[Member]]:
@@ -182,37 +170,56 @@ def ordered_chains(router, train: pd.DataFrame, spec: RiskSpec) -> dict[str, lis
 
 
 def certify(router, calib: pd.DataFrame, train: pd.DataFrame, target: dict, delta: float = DEFAULT_DELTA, *,
-            proba: pd.DataFrame | None = None, model_cost_ms=0.0, reference: str | None = None) -> Calibration:
+            proba: pd.DataFrame | None = None, model_cost_ms=0.0, reference: str | None = None,
+            chains=None) -> Calibration:
     """Calibrate `router`'s rule on `calib` to `target` (module docstring). `proba`: its P(correct) on `calib`
     (computed when None); `model_cost_ms`: added to the latency of members that read the model (a probe's pass);
-    `reference`: the regret's reference when it is not the most accurate candidate (training/sub_pairs.py)."""
+    `reference`: the regret's reference when it is not the most accurate candidate (training/sub_pairs.py);
+    `chains`: the chains to test (default all of CHAINS): delta is split over the chains that test something (the
+    reference alone, kept as the fallback, tests nothing)."""
     if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
         raise ConfigError(f"The `delta` parameter must be in (0, 1). Got {delta!r} instead.")
+    unknown = sorted(set(chains or ()) - set(CHAINS))
+    if unknown or (chains is not None and not chains):
+        raise ConfigError(f"`chains` must name some of {', '.join(CHAINS)}. Got {chains!r} instead.")
     spec = risk_spec(target, train, router.policy.strategies, reference)
-    chains = ordered_chains(router, train, spec)
+    chains = _only(ordered_chains(router, train, spec), chains, spec)
     scorer, n = Scorer(router, calib, proba, model_cost_ms), len(calib)
-    scored = {}
+    scored, loss_rows = {}, {}
     for name, members in chains.items():
-        rows = []
+        rows, lost = [], []
         for m in members:
             correct, latency, _ = scorer.score(m)
-            rows.append(Scored(m, float(correct.mean()), float(latency.mean()),
-                               int(spec.losses(scorer.df, correct).sum()), n))
-        scored[name] = rows
+            loss = spec.losses(scorer.df, correct)
+            lost.append(loss)
+            rows.append(Scored(m, float(correct.mean()), float(latency.mean()), int((loss > 0).sum()), n,
+                               gains=int((loss < 0).sum())))
+        scored[name], loss_rows[name] = rows, np.asarray(lost)
     mode = (router.policy.mode, tuple(router.policy.paid_stages))
     if spec.kind == "none":
         cal = _pick_within_budget(target, spec, scored, n)
         cal.router_mode, cal.calibration_hash = mode, calibration_hash(calib)
         return cal
-    level = delta / len(scored)
-    for rows in scored.values():
-        p = [0.0 if spec.is_trivial(s.member) else float(ltt.binomial_p_value(s.losses, n, spec.alpha)) for s in rows]
+    level = delta / max(1, sum(any(not spec.is_trivial(s.member) for s in rows) for rows in scored.values()))
+    for name, rows in scored.items():
+        tested = spec.p_values(loss_rows[name], level)
+        p = [0.0 if spec.is_trivial(s.member) else float(tested[i]) for i, s in enumerate(rows)]
         for i, s in enumerate(rows):
             s.p_value = p[i]
         for i, ok in enumerate(ltt.certified_prefix(p, level)):
             rows[i].certified = bool(ok)
     return _choose(Calibration(target, spec, float(delta), n, level, scored, router_mode=mode,
                                calibration_hash=calibration_hash(calib)))
+
+
+def _only(chains: dict, keep, spec) -> dict:
+    """`chains` restricted to `keep` (None: all); the reference's fixed rule stays (the fallback, untested)."""
+    if keep is None:
+        return chains
+    out = {k: v for k, v in chains.items() if k in keep}
+    if "baselines" not in out:
+        out["baselines"] = [m for m in chains.get("baselines", []) if spec.is_trivial(m)] or chains["baselines"]
+    return out
 
 
 def calibration_hash(calib: pd.DataFrame) -> str:
@@ -238,7 +245,9 @@ def _choose(cal: Calibration) -> Calibration:
     if promising:
         half = [s for s in promising if s.risk <= cal.spec.alpha / 2]
         best = min(half, key=_rank) if half else min(promising, key=lambda s: (s.risk, s.mean_latency_ms))
-        cal.rows_needed, cal.needed_for = ltt.rows_needed(best.risk, cal.spec.alpha, cal.level), best.member.name
+        needed = (ltt.rows_needed_difference(best.losses / cal.n, best.gains / cal.n, cal.spec.alpha, cal.level)
+                  if cal.spec.kind == "difference" else ltt.rows_needed(best.risk, cal.spec.alpha, cal.level))
+        cal.rows_needed, cal.needed_for = needed, best.member.name
     log.warning("%s", cal.statement())
     return cal
 

@@ -3,8 +3,9 @@
 `population_tables(router, population, train, target)`: every member of the rule family (in certify's chain order)
 scored once on every population row: a 0/1 loss matrix and a latency matrix per chain, and each member's
 population risk (the truth). `repeat_draws(tables, n_cal, draws, delta, seed)`: `draws` calibration sets of `n_cal`
-rows drawn i.i.d. from the population; on each, the same Learn-then-Test as certify.py (exact binomial p-values,
-fixed-sequence testing per chain at delta / chains, `ltt.certified_prefix`) and the same choice (least calibration
+rows drawn i.i.d. from the population; on each, the same Learn-then-Test as certify.py (exact binomial p-values, or
+for the accuracy difference the Clopper-Pearson pair at delta / chains / 2 each; fixed-sequence testing per chain at
+delta / chains, `ltt.certified_prefix`) and the same choice (least calibration
 latency among the certified). A violation: a certified member whose population risk exceeds alpha (the family-wise
 event the guarantee bounds by delta); `chosen_violation`: the chosen member's. The naive control (least latency
 among members whose calibration risk is <= alpha, no test) shows the count can fail.
@@ -23,7 +24,7 @@ from .rule_family import Scorer
 
 @dataclass
 class ChainTable:
-    losses: np.ndarray  # bool [members, rows]
+    losses: np.ndarray  # bool [members, rows], or int8 in {-1, 0, 1} for the accuracy difference
     latency: np.ndarray  # float [members, rows]
     trivial: np.ndarray  # bool [members]: certified without a test (always the reference under a regret loss)
 
@@ -42,16 +43,18 @@ def population_tables(router, population, train, target: dict, proba=None) -> tu
             correct, lat, _ = scorer.score(m)
             losses.append(spec.losses(scorer.df, correct))
             latency.append(lat)
-        out[name] = ChainTable(np.asarray(losses, dtype=bool), np.asarray(latency, dtype=float),
+        out[name] = ChainTable(np.asarray(losses, dtype=np.int8 if spec.kind == "difference" else bool),
+                               np.asarray(latency, dtype=float),
                                np.array([spec.is_trivial(m) for m in members]))
     return out, spec
 
 
 def repeat_draws(tables: dict[str, ChainTable], alpha: float, n_cal: int, draws: int, delta: float,
-                 seed: int = 0, holdout: bool = False) -> dict:
+                 seed: int = 0, holdout: bool = False, test: str = "clopper-pearson") -> dict:
     """Counts over `draws` i.i.d. calibration draws of `n_cal` population rows (module docstring). `holdout`: draw
     the calibration rows without replacement and judge each statement on the other rows (a random calibration/test
-    split of a finite table: the test rows' own noise adds violations, so this overstates the rate)."""
+    split of a finite table: the test rows' own noise adds violations, so this overstates the rate). `test`: the
+    accuracy difference's p-value, 'clopper-pearson' or 'betting' (certify.RiskSpec.p_values; one draw at a time)."""
     from scipy import sparse
 
     n_pop = next(iter(tables.values())).losses.shape[1]
@@ -69,14 +72,29 @@ def repeat_draws(tables: dict[str, ChainTable], alpha: float, n_cal: int, draws:
     naive = np.full(draws, np.inf)
     naive_risk = np.zeros(draws)
     feasible = np.zeros(draws, dtype=bool)
+    signed = any(t.losses.dtype == np.int8 for t in tables.values())
+    if signed:  # the Clopper-Pearson pair at level / 2 each, once per count: rejected iff upper - lower <= alpha
+        counts = np.arange(n_cal + 1)
+        upper = ltt.cp_upper(counts, n_cal, level / 2)
+        lower = ltt.clopper_pearson_lower(counts, n_cal, level / 2)
     for t in tables.values():
-        k = np.rint(pick @ t.losses.T.astype(float)).astype(int)  # [draws, members] losses on each draw
+        k = np.rint(pick @ t.losses.T.astype(float)).astype(int)  # [draws, members] summed loss on each draw
         if holdout:  # [draws, members]: the risk on the rows each draw left out
             risk = (t.losses.sum(axis=1)[None, :] - k) / (n_pop - n_cal)
         else:
             risk = np.broadcast_to(t.losses.mean(axis=1)[None, :], k.shape)
         lat = (pick @ t.latency.T) / n_cal
-        p = np.where(t.trivial[None, :], 0.0, ltt.binomial_p_value(k, n_cal, alpha))
+        if signed and test == "betting":
+            order = ltt.shuffled(n_cal)
+            p = np.stack([ltt.betting_p_value(t.losses[:, idx[d][order]], alpha, -1.0, 1.0, level)
+                          for d in range(draws)])
+            p = np.where(t.trivial[None, :], 0.0, p)
+        elif signed:
+            k_loss = np.rint(pick @ (t.losses > 0).T.astype(float)).astype(int)
+            ok = upper[k_loss] - lower[k_loss - k] <= alpha  # k_loss - k: the gain rows
+            p = np.where(t.trivial[None, :] | ok, 0.0, 1.0)
+        else:
+            p = np.where(t.trivial[None, :], 0.0, ltt.binomial_p_value(k, n_cal, alpha))
         cert = ltt.certified_prefix(p, level)
         violation |= (cert & (risk > alpha)).any(axis=1)
         real = cert & ~t.trivial[None, :]

@@ -1,8 +1,8 @@
 """What a certificate promises after a choice among routers: each router is certified at its own delta; choosing one
 of m routers whose certificates rest on the same calibration rows (the demo's champion, or train-router's champion
 alias across runs: training/registry.py) leaves, by a union bound, probability >= 1 - (sum of their deltas) that the
-chosen one's statement holds. The certificate records both: `delta_each` (this router's own test) and
-`delta_after_selection` (what holds for the chosen router), and its `statement` quotes the latter.
+chosen one's statement holds. The certificate's headline `delta` is always the level that holds (equal to
+`delta_after_selection`); `delta_each` keeps the level of this router's own test; its `statement` quotes the former.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def restate_after_selection(cert: dict, delta_after: float, compared: int, selec
     with probability >= 1 - delta_after). The level only ever grows. Edits `cert` in place and returns it."""
     delta_after = max(float(delta_after), float(cert.get("delta_after_selection") or cert.get("delta") or 0.0))
     compared = max(int(compared), int(cert.get("routers_compared") or 1))
-    cert.update(delta_after_selection=delta_after, routers_compared=compared, selection=selection)
+    cert.setdefault("delta_each", cert.get("delta"))  # certificates before delta_each: delta was the test's level
+    cert.update(delta=delta_after, delta_after_selection=delta_after, routers_compared=compared, selection=selection)
     text = str(cert.get("statement", ""))
     if cert.get("feasible") and cert.get("delta") is not None and " distribution: " in text:
         claim = text.split(" distribution: ", 1)[1]
@@ -45,7 +46,8 @@ def restate_result(result, delta_after: float, compared: int, selection: str) ->
 
         result.table = format_table(result.evaluation)
     if result.router.policy.metrics:
-        result.router.policy.metrics["certificate_delta_after_selection"] = cert["delta_after_selection"]
+        result.router.policy.metrics.update(certificate_delta=cert["delta"], certificate_delta_each=cert["delta_each"],
+                                            certificate_delta_after_selection=cert["delta_after_selection"])
     out = getattr(result, "output_dir", None)
     if out is not None and (out / "router").is_dir():
         result.router.save(out / "router")

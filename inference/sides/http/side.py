@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, one_of
+from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
 from .openai_http import ChatClient
 from .openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
@@ -149,6 +150,9 @@ class OpenAIVLM(ModelSide):
         messages = openai_messages(request, request.messages(question))
         body = {"model": self.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
                 "logprobs": True, "top_logprobs": self.top_logprobs, "skip_special_tokens": False}
+        sample = sampling.current()  # a visible answer of a request that samples: its parameters go to the server
+        if sample is not None:
+            body.update(sampling.http_fields(sample))
         salt = salt if salt is not None else measurement_salt(request, stage)
         if salt is not None:
             body["cache_salt"] = salt

@@ -87,7 +87,7 @@ class _StepRecorder:
     def __init__(self, sync):
         self.sync = sync
         self.times, self.logprobs, self.first_logits, self.entropy = [], [], None, float("nan")
-        self.lean = _LEAN
+        self.lean, self.sampled, self.previous = _LEAN, False, None
 
     def __call__(self, input_ids, scores):
         import torch
@@ -100,12 +100,22 @@ class _StepRecorder:
                 self.first_logits = scores.detach().float().clone()
             return scores
         logp = torch.log_softmax(scores.float(), dim=-1)
+        if self.sampled:  # the previous step's pick is known now: its log-probability, not the step's maximum
+            if self.previous is not None:
+                self.logprobs.append(self.previous.gather(-1, input_ids[:, -1:]).flatten())
+            self.previous = logp
         if self.first_logits is None:
             self.first_logits = scores.detach().float().clone()
             finite = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
             self.entropy = -(logp.exp() * finite).sum(-1)
-        self.logprobs.append(logp.max(dim=-1).values)
+        if not self.sampled:
+            self.logprobs.append(logp.max(dim=-1).values)
         return scores
+
+    def finish(self, ids: list) -> None:
+        """After a sampled call: the log-probability of the last token picked."""
+        if self.sampled and self.previous is not None and ids:
+            self.logprobs.append(self.previous[:, int(ids[-1])].flatten())
 
 
 def _sync_fn(model):
@@ -143,7 +153,8 @@ def cache_kwarg(model) -> str:
 
 def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: int = 0, cache=None,
                    eos_token_id=None, features=None) -> Generation:
-    """Greedy generation of up to `max_new_tokens` tokens from `inputs` (a processor output as a dict).
+    """Greedy generation of up to `max_new_tokens` tokens from `inputs` (a processor output as a dict); a call
+    writing a visible answer samples instead when the request's `sampling.Sampling` is active (sampling.py).
 
     `cache`: a cache already holding a prefix of `inputs["input_ids"]` (it is mutated: pass a copy to
     branch); only the uncached tail is prefilled. Without one, a fresh DynamicCache is used and returned
@@ -153,7 +164,7 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     import torch
     from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
-    from ... import deadline
+    from ... import deadline, sampling
     from ...streaming import current_streamer
 
     deadline.check()  # a request past its deadline (or a server shutting down) starts no model call
@@ -178,21 +189,30 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     if deadline.criteria():
         extra["stopping_criteria"] = StoppingCriteriaList(deadline.criteria())  # raises at the next token past it
     n_in = inputs["input_ids"].shape[1]
+    sample = sampling.current()  # set only for a call writing a visible answer of a request that samples
+    decode = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    processors = [rec]
+    if sample is not None:
+        eos = extra.get("eos_token_id", model.generation_config.eos_token_id)
+        kw, more = sampling.generate_kwargs(sample, n_in, [eos] if isinstance(eos, int) else list(eos or []),
+                                            getattr(model, "_routedvlm_tokenizer", None))
+        decode = {**decode, **kw}
+        processors, rec.sampled = [*more, rec], True
     capture = capture_of(model)
     if capture is not None:
         capture.start()
     t0 = now()
-    with torch.inference_mode():
+    with torch.inference_mode(), sampling.seeded(sample, next(model.parameters()).device):
         out = model.generate(
             **inputs, **extra, **{cache_kwarg(model): cache}, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-            do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList([rec]),
-            return_dict_in_generate=True,
+            **decode, logits_processor=LogitsProcessorList(processors), return_dict_in_generate=True,
         )
     if rec.lean is not None and rec.sync is not None:
         rec.sync()
     t_end = now()
     hidden = capture.finish() if capture is not None else None
     ids = out.sequences[0, n_in:].tolist()
+    rec.finish(ids)
     first = rec.times[0] if rec.times else t_end
     logprobs = torch.stack(rec.logprobs).flatten().tolist()[: len(ids)] if rec.logprobs else []
     return Generation(

@@ -72,6 +72,7 @@ class VLM(ChatFormat, ModelSide):
         if style not in STYLES:
             raise ConfigError(f"The `thinking` parameter of VLM must be one of {one_of(STYLES)}. Got {style!r} instead.")
         self.model, self.processor, self.tokenizer, self.name = model, processor, tokenizer, name
+        model._routedvlm_tokenizer = tokenizer  # what transformers' `stop_strings` need (sampling.generate_kwargs)
         self.prompts, self.reasoner, self.reason_prompt = prompts, reasoner, reason_prompt
         self.style = self._detect_style() if style == "auto" else style
         self.think_close_id = self._single_id(THINK_CLOSE)
@@ -221,6 +222,14 @@ class VLM(ChatFormat, ModelSide):
         _, reasoning, answer = self.split_reasoning(gen.token_ids)
         return gen, answer, reasoning
 
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        from .generation import timed_generate
+
+        inputs = self.encode(None, prompt)
+        if check_context is not None:
+            check_context(int(inputs["input_ids"].shape[1]))
+        gen = timed_generate(self.model, inputs, max_new_tokens=max_tokens, min_new_tokens=min(min_tokens, max_tokens))
+        return gen, self.decode(gen.token_ids)
 
 
 def load(name_or_path, *, reasoner=None, **kwargs) -> VLM:

@@ -30,6 +30,7 @@ import time
 import uuid
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
+from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
 from ...prompts import DEFAULT_PROMPTS, PromptConfig
 from ..base import THINK_CLOSE, ModelSide, continue_partial
@@ -219,6 +220,14 @@ class VLLMEngine(ChatFormat, ModelSide):
     def params(self, max_tokens: int, min_tokens: int = 0):
         """The SamplingParams of a greedy call (one object per token limits: vLLM copies a request's params)."""
         key = (int(max_tokens), min(int(min_tokens), int(max_tokens)))
+        sample = sampling.current()  # a visible answer of a request that samples (not cached: seeds differ)
+        if sample is not None:
+            from vllm import SamplingParams
+
+            extra = _hidden_module().request_params() if self._hidden is not None else None
+            return SamplingParams(max_tokens=key[0], min_tokens=key[1], logprobs=self.top_logprobs or None,
+                                  detokenize=False, skip_special_tokens=False, extra_args=extra,
+                                  **sampling.engine_fields(sample))
         params = self._params.get(key)
         if params is None:
             from vllm import SamplingParams

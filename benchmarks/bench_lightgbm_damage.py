@@ -47,23 +47,26 @@ def _raw(path: pathlib.Path) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
-    from damage_helpers import LIGHTGBM, damaged_copy
+    from damage_helpers import LIGHTGBM, damaged_copy, rehash
 
     from routedvlm.router import load_router
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = _router(pathlib.Path(tmp) / "router")
-        print(f"{'damage':28s} {'LightGBM directly':55s} load_router (format 2 / format 1)")
+        print(f"{'damage':28s} {'LightGBM directly':55s} load_router (format 2 / format 1 / format 2, sha256 recomputed)")
         for kind, damage in LIGHTGBM.items():
             row = []
-            for legacy in (False, True):
+            for legacy in (False, True, "rehash"):
                 dst = damaged_copy(folder, pathlib.Path(tmp) / f"{kind}-{legacy}", "model_large_direct.txt", damage,
-                                   legacy=legacy)
+                                   legacy=legacy is True)
+                if legacy == "rehash":
+                    rehash(dst)
                 try:
                     load_router(dst)
                     row.append("loads")
                 except Exception as exc:  # noqa: BLE001 - reported
-                    row.append(type(exc).__name__)
+                    why = "not a tree" if "is not a tree" in str(exc) else ""
+                    row.append(type(exc).__name__ + (f" ({why})" if why else ""))
             raw = _raw(pathlib.Path(tmp) / f"{kind}-False" / "model_large_direct.txt")
             print(f"{kind:28s} {raw:55s} {' / '.join(row)}")
 

@@ -7,7 +7,8 @@ pipeline's model calls (`run_strategy`, `escalate`, patched with timers), so mod
 noisy, cancels out. Side by side: the same requests answered by calling the chosen strategy directly
 (large_direct, then escalate or another strategy, as the policy did). A second measurement replays every
 model call from a cache, timing RoutedVLM's own work alone (no CPU-cache disturbance by the models).
-Goal: overhead p50 < 2 ms (LightGBM).
+The trace's own figure (`overhead_ms` of the decision record, what serve exports as routedvlm_overhead_seconds) is
+printed beside the externally measured one. Goal (issue 41): overhead p50 <= 0.3 ms and p99 <= 1 ms (LightGBM).
 
     .venv/bin/python benchmarks/bench_routed_overhead.py [--requests 40] [--json out.json]
 """
@@ -117,7 +118,8 @@ def bench(pipe, router, reqs, warmup: int = 3) -> dict:
             raise RuntimeError(f"direct replay of {out.strategy} gave another answer: {ref.answer!r} != {out.text!r}")
         if i >= warmup:
             d = out.decision
-            rows.append({"overhead_ms": wall - model_ms, "features_ms": d["features_ms"], "decision_ms": d["decision_ms"],
+            rows.append({"overhead_ms": wall - model_ms, "trace_overhead_ms": d["overhead_ms"],
+                         "features_ms": d["features_ms"], "decision_ms": d["decision_ms"],
                          "routed_ms": wall, "direct_ms": direct_ms, "strategy": out.strategy})
     return summarize(rows)
 
@@ -130,7 +132,7 @@ class Replay:
         pipe.run_strategy, pipe.escalate = self.run_req, self.escalate
 
     def run_req(self, req, strat):
-        key = ("run", req.question, strat.id, req.image.tobytes())
+        key = ("run", req.question, strat.id, id(req.image))  # the requests' images live as long as the cache
         if key not in self.cache:
             self.cache[key] = self._run(req, strat)
         return self.cache[key]
@@ -146,21 +148,24 @@ def bench_replayed(pipe, router, reqs, rounds: int = 25) -> dict:
     """RoutedVLM wall time per request with every model call answered from the replay cache."""
     from routedvlm.inference.routed import RoutedVLM
 
-    vlm, times = RoutedVLM(pipe, router), []
+    vlm, times, traced = RoutedVLM(pipe, router), [], []
     for _ in range(rounds + 1):  # the first round fills the cache
         for image, q in reqs:
             t0 = time.perf_counter()
-            vlm(image=image, question=q)
+            out = vlm(image=image, question=q)
             times.append((time.perf_counter() - t0) * 1000)
-    times = times[len(reqs):]
-    return {"p50": round(statistics.median(times), 4), "p90": round(pct(times, 0.9), 4), "calls": len(times)}
+            traced.append(out.decision["overhead_ms"])
+    times, traced = times[len(reqs):], traced[len(reqs):]
+    return {"p50": round(statistics.median(times), 4), "p90": round(pct(times, 0.9), 4), "p99": round(pct(times, 0.99), 4),
+            "trace_p50": round(statistics.median(traced), 4), "calls": len(times)}
 
 
 def summarize(rows) -> dict:
     out = {"requests": len(rows), "strategies": sorted({r["strategy"] for r in rows})}
-    for key in ("overhead_ms", "features_ms", "decision_ms", "routed_ms", "direct_ms"):
+    for key in ("overhead_ms", "trace_overhead_ms", "features_ms", "decision_ms", "routed_ms", "direct_ms"):
         vals = [r[key] for r in rows]
-        out[key] = {"p50": round(statistics.median(vals), 4), "p90": round(pct(vals, 0.9), 4)}
+        out[key] = {"p50": round(statistics.median(vals), 4), "p90": round(pct(vals, 0.9), 4),
+                    "p99": round(pct(vals, 0.99), 4)}
     out["routed_over_direct_p50"] = round(out["routed_ms"]["p50"] / out["direct_ms"]["p50"], 4)
     return out
 
@@ -189,15 +194,17 @@ def main(argv=None) -> int:
         loaded = load_router(router)
         name = label % len(loaded.policy.features) if "%d" in label else label
         results[name] = bench(pipe, loaded, reqs)
-    head = f"{'router':34} {'overhead p50/p90 ms':>20} {'features p50':>13} {'decision p50':>13} {'routed p50':>11} {'direct p50':>11} {'ratio':>7}"
+    head = (f"{'router':34} {'overhead p50/p99 ms':>20} {'trace p50':>10} {'features p50':>13} {'decision p50':>13} "
+            f"{'routed p50':>11} {'direct p50':>11} {'ratio':>7}")
     print(head)
     for name, r in results.items():
-        print(f"{name:34} {r['overhead_ms']['p50']:>9.3f} / {r['overhead_ms']['p90']:<8.3f} {r['features_ms']['p50']:>13.3f} "
-              f"{r['decision_ms']['p50']:>13.3f} {r['routed_ms']['p50']:>11.1f} {r['direct_ms']['p50']:>11.1f} "
-              f"{r['routed_over_direct_p50']:>7.3f}")
+        print(f"{name:34} {r['overhead_ms']['p50']:>9.3f} / {r['overhead_ms']['p99']:<8.3f} {r['trace_overhead_ms']['p50']:>10.3f} "
+              f"{r['features_ms']['p50']:>13.3f} {r['decision_ms']['p50']:>13.3f} {r['routed_ms']['p50']:>11.1f} "
+              f"{r['direct_ms']['p50']:>11.1f} {r['routed_over_direct_p50']:>7.3f}")
     lgbm = next(r for n, r in results.items() if n.startswith("lightgbm"))
-    print(f"goal overhead p50 < 2 ms with LightGBM: {'met' if lgbm['overhead_ms']['p50'] < 2 else 'NOT met'} "
-          f"({lgbm['overhead_ms']['p50']:.3f} ms; strategies taken {lgbm['strategies']})")
+    met = lgbm["overhead_ms"]["p50"] <= 0.3 and lgbm["overhead_ms"]["p99"] <= 1.0
+    print(f"goal overhead p50 <= 0.3 ms and p99 <= 1 ms with LightGBM (live): {'met' if met else 'NOT met'} "
+          f"({lgbm['overhead_ms']['p50']:.3f} / {lgbm['overhead_ms']['p99']:.3f} ms; strategies taken {lgbm['strategies']})")
     print("\nRoutedVLM alone (model calls replayed from a cache; features + decision + bookkeeping):")
     from routedvlm.router import load_router
 
@@ -207,7 +214,8 @@ def main(argv=None) -> int:
     for (label, router), name in zip(routers.items(), results):
         r = bench_replayed(replay_pipe, load_router(router), reqs[:8])
         results[name]["replayed_overhead_ms"] = r
-        print(f"{name:34} p50 {r['p50']:.3f} ms  p90 {r['p90']:.3f} ms  ({r['calls']} calls)")
+        print(f"{name:34} p50 {r['p50']:.3f} ms  p90 {r['p90']:.3f} ms  p99 {r['p99']:.3f} ms  "
+              f"(trace overhead_ms p50 {r['trace_p50']:.3f}; {r['calls']} calls)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -4,7 +4,8 @@ Each feature is one function registered under its column name; `<stages>` says w
 must have run (`prompt` = free). On a ladder every model's direct answer has the same features as small's and
 large's (`feat__<m>_direct__...`) and every two models an agreement feature (`register_ladder`). `compute_features(question, images, stages)` returns every feature whose
 stages are available. Stage outputs are any objects (or dicts) with `answer`, `token_logprobs` and
-`first_token_entropy`; image statistics use a 64-px thumbnail so they cost well under a millisecond.
+`first_token_entropy`; the image features read one 64-px thumbnail per image, whose statistics are computed together
+once (`image_stats`), so every prompt feature of a request costs about 0.1 ms. No pandas here.
 """
 from __future__ import annotations
 
@@ -53,15 +54,21 @@ class FeatureContext:
         for im in self.images:
             t = im.convert("RGB")
             t.thumbnail((_THUMB, _THUMB))
-            out.append(np.asarray(t, dtype=np.float32) / 255.0)
+            pixels = np.frombuffer(t.tobytes(), dtype=np.uint8).reshape(t.height, t.width, 3)
+            out.append(pixels.astype(np.float32) / 255.0)
         return out
+
+    @cached_property
+    def image_stats(self) -> list[dict]:
+        """Per image, the statistics of its thumbnail (`image_stats`), computed once for every image feature."""
+        return [image_stats(a) for a in self.thumbs]
 
     def stage(self, name: str):
         return self.stages[name]
 
 
-def _mean_over_images(ctx: FeatureContext, fn) -> float:
-    vals = [fn(a) for a in ctx.thumbs]
+def _mean_over_images(ctx: FeatureContext, stat: str) -> float:
+    vals = [stats[stat] for stats in ctx.image_stats]
     return float(sum(vals) / len(vals)) if vals else 0.0
 
 
@@ -114,39 +121,62 @@ def _aspect(ctx):
 
 @feature("feat__prompt__image_gray_std")
 def _gray_std(ctx):
-    return _mean_over_images(ctx, lambda a: a.mean(axis=2).std())
+    return _mean_over_images(ctx, "gray_std")
 
 
 @feature("feat__prompt__image_edge_density")
 def _edges(ctx):
-    def density(a):
-        g = a.mean(axis=2)
-        if min(g.shape) < 2:
-            return 0.0
-        return (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
-
-    return _mean_over_images(ctx, density)
+    return _mean_over_images(ctx, "edge_density")
 
 
 @feature("feat__prompt__image_colorfulness")
 def _colorfulness(ctx):
-    def hasler(a):  # Hasler & Suesstrunk (2003)
-        rg = a[..., 0] - a[..., 1]
-        yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]
-        return math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean())
-
-    return _mean_over_images(ctx, hasler)
+    return _mean_over_images(ctx, "colorfulness")
 
 
 @feature("feat__prompt__image_distinct_colors")
 def _distinct_colors(ctx):
+    return _mean_over_images(ctx, "distinct_colors")
+
+
+def image_stats(a) -> dict:
+    """The image features' statistics of one RGB thumbnail `a` (float32, H x W x 3, in [0, 1]), computed together so
+    that the gray image and the colour channels are read once (and with numpy's mean/std operations called directly:
+    the same operations in the same order as `np.mean`/`np.std`, so the same bits, without their Python wrappers)."""
     import numpy as np
 
-    def distinct(a):
-        q = (a * 7.999).astype(np.int32)
-        return float(len(np.unique(q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2])))
+    g = np.add.reduce(a, axis=2)  # a.mean(axis=2), as numpy's `_methods._mean` computes it
+    np.true_divide(g, np.intp(3), out=g, casting="unsafe")
+    edges = 0.0 if min(g.shape) < 2 else (_mean(abs(g[1:, :] - g[:-1, :])) + _mean(abs(g[:, 1:] - g[:, :-1]))) / 2
+    rg = a[..., 0] - a[..., 1]
+    yb = 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]  # Hasler & Suesstrunk (2003) colourfulness
+    q = (a * 7.999).astype(np.int32)  # 8 levels per channel: 512 colour cells, counted (what np.unique would count)
+    cells = np.bincount((q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2]).ravel(), minlength=512)
+    return {"gray_std": _std(g), "edge_density": edges,
+            "colorfulness": math.hypot(_std(rg), _std(yb)) + 0.3 * math.hypot(_mean(rg), _mean(yb)),
+            "distinct_colors": float(np.count_nonzero(cells))}
 
-    return _mean_over_images(ctx, distinct)
+
+def _mean(x):
+    """`np.mean(x)` of a float32 array: the sum, divided by the count as numpy's `_methods._mean` does."""
+    import numpy as np
+
+    s = np.add.reduce(x, axis=None)
+    return s.dtype.type(s / np.intp(x.size))
+
+
+def _std(x):
+    """`np.std(x)` of a float32 array, step by step as numpy's `_methods._var` and `_std` do."""
+    import numpy as np
+
+    n = np.intp(x.size)
+    m = np.add.reduce(x, axis=None, keepdims=True)
+    np.true_divide(m, n, out=m, casting="unsafe")
+    d = np.subtract(x, m)
+    np.square(d, out=d)
+    s = np.add.reduce(d, axis=None)
+    v = s.dtype.type(s / n)
+    return v.dtype.type(np.sqrt(v))
 
 
 # ---- stage features: one set per answering stage ----
@@ -222,6 +252,7 @@ def compute_features(
 ) -> dict[str, float]:
     """Features for one sample: all whose stages are in `stages` (or exactly `names`)."""
     ctx = FeatureContext(question=question, images=list(images), stages=dict(stages or {}))
-    _register_for(tuple(ctx.stages), names or ())
+    if names is None or not all(n in FEATURES for n in names):  # a request's names are registered after its first
+        _register_for(tuple(ctx.stages), names or ())
     wanted = list(names) if names is not None else feature_names(tuple(ctx.stages))
     return {name: FEATURES[name](ctx) for name in wanted}

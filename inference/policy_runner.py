@@ -27,6 +27,7 @@ from . import final_answer, streaming
 from . import sampling as sampling_mod
 from .decision_deadline import DecisionDeadline
 from .encoders import encoder_for_policy
+from .encoders.state import state_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
 from .threads import parallel
@@ -77,13 +78,14 @@ class RoutedOutput:
 
     @property
     def latency_ms(self) -> float:
-        """Model time (vision + prefill + decode of every stage) plus features and decision time."""
+        """Model time (vision + prefill + decode of every stage) plus routedvlm's overhead (`overhead_ms`)."""
         return sum(r["vision_ms"] + r["prefill_ms"] + r["decode_ms"] for r in self.trace) + self.overhead_ms
 
     @property
     def overhead_ms(self) -> float:
+        """routedvlm's own time in this request (everything that is not a model call), as the trace records it."""
         d = self.decision
-        return d["features_ms"] + d["decision_ms"]
+        return d["overhead_ms"] if "overhead_ms" in d else d["features_ms"] + d["decision_ms"]
 
     def to_dict(self) -> dict:
         return {"text": self.text, "strategy": self.strategy, "keep_tokens": self.keep_tokens,
@@ -126,6 +128,8 @@ class PolicyRunner:
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
             encoder_for_policy(router.policy.params)
+        if router.policy.params.get("state"):  # the small VLM's state features, registered (attach_router verified)
+            state_for_policy(router.policy.params)
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
@@ -141,11 +145,14 @@ class PolicyRunner:
         called once the route is decided, before the final answer runs (`models`: the aliases the request runs,
         cheapest first; `decoded`: whether the answer was already decoded before the decision, an accepted cascade
         answer); sink: an `AnswerSink` the final answer streams into; sampling: a `sampling.Sampling` the final answer
-        call samples with (the stages run before the decision stay greedy)."""
+        call samples with (the stages run before the decision stay greedy). The decision record's `overhead_ms` is
+        this call's wall time minus the time inside model calls and `on_decision`: routedvlm's own work."""
+        t_start, away = time.perf_counter(), _Stopwatch()
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
-            self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
+            with away:
+                self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
                 decision, feats, f_ms, d_ms = self._decide(router, req, ran, self.deadline)
                 self.health.success()
@@ -154,20 +161,24 @@ class PolicyRunner:
                 router, used_fallback = None, True
         if router is None:
             router = self.fallback
-            self._run_stages(req, self.stages_for(router), ran)
+            with away:
+                self._run_stages(req, self.stages_for(router), ran)
             decision, feats, f_ms, d_ms = self._decide(router, req, ran)
         decoded = decision.strategy in ran  # accepted: decoded (greedily) before the decision, so not sampled
         if on_decision is not None:
-            on_decision(decision, used_fallback, _route_models(ran, decision.strategy), decoded)
-        with streaming.active(sink) if sink is not None else contextlib.nullcontext(), sampling_mod.active(sampling):
+            with away:
+                on_decision(decision, used_fallback, _route_models(ran, decision.strategy), decoded)
+        with away, streaming.active(sink) if sink is not None else contextlib.nullcontext(), sampling_mod.active(sampling):
             result = self._execute(req, decision.strategy, ran)
         text, finish, usage = final_answer.finish(self.pipeline, result, max_tokens, None if decoded else sampling)
         record = _decision_record(router, decision, feats, f_ms, d_ms, used_fallback, error)
         record.update(router.trace_info())  # e.g. the LoRA probe's probe_shared_prefill, probe_ms
         record["sampled"] = sampling is not None and not sampling.neutral and not decoded
         record["decoded_before_route"] = decoded
-        return RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
-                            _trace(ran, result, record), used_fallback, result, finish, usage)
+        out = RoutedOutput(text, decision.strategy, decision.keep_tokens, dict(decision.p_correct),
+                           _trace(ran, result, record), used_fallback, result, finish, usage)
+        record["overhead_ms"] = round((time.perf_counter() - t_start - away.seconds) * 1000, 4)
+        return out
 
     def _execute(self, req, strategy: str, ran: dict) -> Result:
         """The chosen strategy's Result, reusing the stages that already ran."""
@@ -178,6 +189,19 @@ class PolicyRunner:
         if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
             return self.pipeline.escalate(paid, strat.keep_tokens, source=strat.source)
         return self.pipeline.run_strategy(req, strat)
+
+
+class _Stopwatch:
+    """Sums the time spent inside its `with` blocks (model calls: not routedvlm's overhead)."""
+
+    def __init__(self):
+        self.seconds, self._t0 = 0.0, 0.0
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.seconds += time.perf_counter() - self._t0
 
 
 def _now(fn):

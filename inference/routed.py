@@ -43,6 +43,10 @@ def attach_router(router, pipeline):
         from .encoders import encoder_for_policy
 
         encoder_for_policy(router.policy.params)
+    if router.policy.params.get("state"):  # the small VLM's state: same small weights, capture switched on
+        from .encoders.state import state_for_policy
+
+        state_for_policy(router.policy.params, pipeline.small)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)

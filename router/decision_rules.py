@@ -15,6 +15,7 @@ candidates in `cost_order` (expected cost, ties by the canonical `strategy_order
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +47,7 @@ class Decision:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=1024)  # read on every decision; a pure function of the id
 def keep_tokens_of(strategy_id: str) -> int | None:
     """K for `transfer_<K>`; None for every other strategy, including `transfer_all`."""
     return parse_strategy(strategy_id).keep_tokens

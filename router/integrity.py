@@ -2,8 +2,10 @@
 
 `policy.json` (format version 2) records the sha256 of every model file it names (`model_sha256`); `verify_files`
 refuses a path that leaves the folder, a missing file, a digest that differs, or (in version 2) a missing digest.
-A version-1 router has no digests: its LightGBM files are parsed once in a child process first (`lightgbm_child`),
-so a damaged file that would abort LightGBM's C++ parser ends that child, not the caller.
+LightGBM files (every format: a digest proves integrity, not sanity) are parsed once in a child process first
+(`lightgbm_child`), so a damaged file that would abort LightGBM's C++ parser ends that child, not the caller; the child
+also checks the trees' structure on LightGBM's re-serialization of what it parsed (`lightgbm/trees.py`), so a loop
+that would hang prediction is refused however the file spells its integers.
 """
 from __future__ import annotations
 
@@ -96,50 +98,47 @@ def read_verified(policy, directory, rel: str) -> bytes:
 
 # ---- version-1 routers: parse LightGBM files in a child process first ----
 CHILD_TIMEOUT_S = 120
-# The child loads LightGBM's C library with ctypes only (no numpy, no `import lightgbm`: it starts in ~50 ms) and
-# parses each file with the same C++ parser the Booster uses.
+# The child loads LightGBM's C library with ctypes only (no numpy, no `import lightgbm`: it starts in ~50 ms), parses
+# each file with the same C++ parser the Booster uses, and checks the trees on LightGBM's re-serialization of its parse
+# (lightgbm/trees.py: a loop that would hang prediction, however the file spells its integers).
+_TREES = str(Path(__file__).with_name("lightgbm") / "trees.py")
 _CHILD = """
-import ctypes, sys
+import ctypes, importlib.util, sys
+
+spec = importlib.util.spec_from_file_location("trees", sys.argv[2])
+trees = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trees)
+lib = ctypes.CDLL(sys.argv[1])
+lib.LGBM_GetLastError.restype = ctypes.c_char_p
 
 
-def not_a_tree(path):
-    # LightGBM's parser accepts child links that loop (prediction then never ends): each tree's nodes must be
-    # reached exactly once from the root. Blocks whose child lists do not parse are left to the C++ parser.
-    text = open(path, "rb").read().decode("utf-8", "replace")
-    for block in text.split("\\nTree=")[1:]:
-        kv = dict(line.split("=", 1) for line in block.splitlines()[1:] if "=" in line)
-        try:
-            n = int(kv["num_leaves"])
-            kids = [[int(v) for v in kv[k].split()] for k in ("left_child", "right_child")]
-        except (KeyError, ValueError):
-            continue
-        if n < 2 or any(len(k) != n - 1 for k in kids):
-            continue
-        seen, todo = set(), [0]
-        while todo:
-            node = todo.pop()
-            if node in seen or not -n <= node < n - 1:
-                return "Tree=" + block.split("\\n", 1)[0] + " is not a tree (a child link loops or points nowhere)"
-            seen.add(node)
-            if node >= 0:
-                todo += [kids[0][node], kids[1][node]]
-        if len(seen) != 2 * n - 1:
-            return "Tree=" + block.split("\\n", 1)[0] + " is not a tree (nodes unreachable from its root)"
+def fail(f, why):
+    print(f + ": " + why, file=sys.stderr)
+    sys.exit(3)
+
+
+def parsed_text(handle):
+    # LightGBM's own re-serialization of what its parser read (canonical integers; no tree walk)
+    size = ctypes.c_int64(0)
+    buf = ctypes.create_string_buffer(1)
+    for _ in range(2):
+        if lib.LGBM_BoosterSaveModelToString(handle, 0, -1, 0, ctypes.c_int64(len(buf)), ctypes.byref(size), buf) != 0:
+            return None
+        if size.value <= len(buf):
+            return buf.value.decode("utf-8", "replace")
+        buf = ctypes.create_string_buffer(size.value)
     return None
 
 
-lib = ctypes.CDLL(sys.argv[1])
-lib.LGBM_GetLastError.restype = ctypes.c_char_p
-for f in sys.argv[2:]:
+for f in sys.argv[3:]:
     print("checking " + f, file=sys.stderr, flush=True)
-    bad = not_a_tree(f)
-    if bad:
-        print(f + ": " + bad, file=sys.stderr)
-        sys.exit(3)
     iters, handle = ctypes.c_int(0), ctypes.c_void_p()
     if lib.LGBM_BoosterCreateFromModelfile(f.encode(), ctypes.byref(iters), ctypes.byref(handle)) != 0:
-        print(f + ": " + lib.LGBM_GetLastError().decode(errors="replace").splitlines()[0][:300], file=sys.stderr)
-        sys.exit(3)
+        fail(f, lib.LGBM_GetLastError().decode(errors="replace").splitlines()[0][:300])
+    text = parsed_text(handle)
+    bad = "LightGBM could not write back the model it read" if text is None else trees.tree_problem(text)
+    if bad:
+        fail(f, bad)
     lib.LGBM_BoosterFree(handle)
 """
 
@@ -169,7 +168,7 @@ def lightgbm_child(paths) -> None:
     paths = [str(p) for p in paths]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
-        r = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, lightgbm_library(), *paths], capture_output=True,
+        r = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, lightgbm_library(), _TREES, *paths], capture_output=True,
                            text=True, errors="replace", timeout=CHILD_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise RouterLoadError(f"Parsing the LightGBM model(s) {paths} took more than {CHILD_TIMEOUT_S} s in a "

@@ -10,6 +10,7 @@ the feature to exist: `prompt` or `<alias>_direct`.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -224,6 +225,7 @@ def is_feature_stage(stage: str) -> bool:
     return bool(m) and m.group("mode") == "direct" and is_alias(m.group("model"))
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the name, read for every feature on every request
 def feature_stages(feature_name: str) -> tuple[str, ...]:
     """The stages a feature column `feat__<stages>__<name>` needs, e.g. ('large_direct', 'small_direct')."""
     parts = feature_name.split("__")

@@ -20,6 +20,19 @@ def _sub(pattern, repl):
     return damage
 
 
+def _loose_loop(spelling: str, extra: str = ""):
+    """The first tree's root right child set to node 0 (a loop), spelled loosely: LightGBM reads `0.0`, `0x0` and `0abc`
+    as 0 and ignores a token too many, where Python's int() or a length check would skip the line. tree_sizes is
+    dropped, as an editor who changes a tree's length must (LightGBM then reads the trees one after another)."""
+    def damage(data: bytes) -> bytes:
+        text = re.sub(r"^tree_sizes=.*\n", "", data.decode(), count=1, flags=re.M)
+        new = re.sub(r"^right_child=\S+(.*)$", lambda m: f"right_child={spelling}{m.group(1)}{extra}", text, count=1,
+                     flags=re.M)
+        assert new != text
+        return new.encode()
+    return damage
+
+
 LIGHTGBM = {
     "truncated": lambda b: b[: len(b) * 2 // 5],
     "empty": lambda b: b"",
@@ -34,7 +47,12 @@ LIGHTGBM = {
     "deleted_line": _sub(r"^threshold=.*\n", ""),
     "nan_thresholds": _sub(r"^threshold=.*$", "threshold=nan nan nan"),
     "wrong_tree_sizes": _sub(r"^tree_sizes=\d+", "tree_sizes=40"),
+    "child_cycle_float": _loose_loop("0.0"),
+    "child_cycle_hex": _loose_loop("0x0"),
+    "child_cycle_suffix": _loose_loop("0abc"),
+    "child_cycle_extra_token": _loose_loop("0", " 5"),
 }
+LOOSE_LOOPS = ("child_cycle_float", "child_cycle_hex", "child_cycle_suffix", "child_cycle_extra_token")
 
 
 def _header(data: bytes) -> tuple[dict, bytes]:

@@ -226,7 +226,8 @@ def certify_and_evaluate(config, router, split) -> dict:
 
     log.info("fitted the %s router; certifying the decision rule on %d rows", router.policy.router_type,
              len(split.calibration))
-    cal = certify(router, split.calibration, split.train, config.target, config.delta, chains=config.chains)
+    cal = certify(router, split.calibration, split.train, config.target, config.delta,
+                  chains=getattr(config, "chains", None))
     apply_to_policy(router.policy, cal)
     log.info("%s; evaluating against the baselines on %d test rows", cal.chosen.member.name, len(split.test))
     evaluation = evaluate(router, split.calibration, split.test, config.target, cal, train=split.train,

@@ -115,7 +115,7 @@ def build_metadata(cfg, pipe, device: str, source, cost_meta: dict) -> dict:
     from routedvlm.router.provenance import now_iso
 
     from ..adapters import get_adapter
-    from .models import meaning_of
+    from .models import meaning_of, state_of
 
     models = {alias: side_info(side) for alias, side in pipe.sides.items()}
     remote = [alias for alias in models if "server" in models[alias]]  # sides measured over HTTP
@@ -129,6 +129,7 @@ def build_metadata(cfg, pipe, device: str, source, cost_meta: dict) -> dict:
         "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
         "run_settings": cfg.settings(), **({"encoder": meaning_of(cfg).spec()} if cfg.encoder else {}),
+        **({"state": state_of(cfg).spec()} if cfg.state_dims else {}),
     }
 
 

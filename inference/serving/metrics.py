@@ -9,11 +9,14 @@ routedvlm_stage_duration_seconds{stage, model}: vision + prefill + decode time o
 routedvlm_requests_in_flight; routedvlm_tokens_total{model, kind}: prompt / completion tokens;
 routedvlm_model_runs_total{model}: answered requests in which a model of the ladder (its alias: small, mid, large,
 ...) ran at least one stage; routedvlm_answers_total{model}: answered requests whose final answer that model gave;
+routedvlm_overhead_seconds: routedvlm's own time per answered request (features, decision, bookkeeping: the
+request's wall time minus its model calls; the trace's `overhead_ms`), in buckets from 50 us;
 routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time). vLLM-named series beside them:
 vllm_metrics.py.
 """
 from __future__ import annotations
 
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -29,6 +32,9 @@ class ServerMetrics:
                                   ["model", "strategy"], buckets=LATENCY_BUCKETS, registry=r)
         self.stage = Histogram("routedvlm_stage_duration_seconds", "Vision + prefill + decode time of a stage.",
                                ["stage", "model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("routedvlm_overhead_seconds", "routedvlm's own time per answered request: wall time "
+                                  "minus model calls (features, decision, bookkeeping).", buckets=OVERHEAD_BUCKETS,
+                                  registry=r)
         self.fallbacks = Counter("routedvlm_fallbacks", "Requests decided by the fallback policy.", ["reason"], registry=r)
         self.router_errors = Counter("routedvlm_router_errors", "Failed router decisions.", ["error"], registry=r)
         self.in_flight = Gauge("routedvlm_requests_in_flight", "Requests being answered now.", registry=r)
@@ -59,6 +65,8 @@ class ServerMetrics:
         for rec in trace:
             if rec.get("stage") == "decision":
                 self.stage.labels("decision", "router").observe((rec["features_ms"] + rec["decision_ms"]) / 1000)
+                if rec.get("overhead_ms") is not None:
+                    self.overhead.observe(rec["overhead_ms"] / 1000)
                 if fallback:
                     self.fallbacks.labels("decision_failed" if loaded else "router_not_loaded").inc()
                 if fallback and loaded and rec.get("error"):

@@ -12,6 +12,8 @@ import numpy as np
 from routedvlm.errors import RouterError, RouterLoadError
 from ..base import Router
 from ..policy import Policy
+from .fast import fast_rows
+from .trees import tree_problem
 
 
 def model_file(strategy: str) -> str:
@@ -49,9 +51,16 @@ class LightGBMRouter(Router):
             s, names = next(iter(sorted(misnamed.items())))
             raise RouterError(f"The LightGBM model of {s!r} was trained on the features {names}, in that order, but "
                               f"policy.json lists {policy.features}. Re-export the router with train-router.")
+        for s, b in sorted(boosters.items()):  # the trees LightGBM parsed, as it writes them back (no tree walk)
+            problem = tree_problem(b.model_to_string(num_iteration=-1))
+            if problem:
+                raise RouterError(f"The LightGBM model of {s!r} is damaged: {problem}. Re-export the router with "
+                                  "train-router.")
         self.boosters = boosters
         self.constants = constants
         super().__init__(policy)
+        self._modelled = [s for s in policy.strategies if s in boosters]
+        self._fast = fast_rows([boosters[s] for s in self._modelled], n) if boosters else None
 
     def _matrix(self, features) -> np.ndarray:
         try:
@@ -73,15 +82,27 @@ class LightGBMRouter(Router):
         return pd.DataFrame(out, index=features.index, columns=self.policy.strategies)
 
     def _proba_row(self, row: dict) -> dict[str, float]:
-        try:
-            x = np.array([[float(_num(row[f])) for f in self.policy.features]], dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise RouterError(f"Features must be numeric (NaN allowed): {exc}") from None
+        if self._fast is not None:  # one C call per booster (router/lightgbm/fast.py)
+            try:
+                probs = self._fast.predict([row[f] for f in self.policy.features])  # ints and floats as they are
+            except TypeError:  # None, numeric strings, numpy integers: converted one by one
+                probs = self._fast.predict(self._values(row))
+            out = dict(zip(self._modelled, probs))
+            if len(out) == len(self.policy.strategies):
+                return out
+            return {s: out[s] if s in out else self.constants[s] for s in self.policy.strategies}
+        x = np.array([self._values(row)], dtype=np.float64)
         out = {}
         for s in self.policy.strategies:
             b = self.boosters.get(s)
             out[s] = float(b.predict(x, num_threads=1)[0]) if b is not None else self.constants[s]
         return out
+
+    def _values(self, row: dict) -> list[float]:
+        try:
+            return [float(_num(row[f])) for f in self.policy.features]
+        except (TypeError, ValueError) as exc:
+            raise RouterError(f"Features must be numeric (NaN allowed): {exc}") from None
 
     def _save_files(self, directory: Path) -> None:
         files = {}

@@ -73,3 +73,49 @@ def test_answer_parsed_and_normalize():
     assert normalize_answer(" The 3.5 Cats. ") == "3.5 cats"
     assert canonical_answer("42%") == "42"
     assert math.isfinite(compute_features("q", [Image.new("L", (1, 1))])["feat__prompt__image_edge_density"])
+
+
+def _reference_stats(a) -> dict:
+    """The image statistics as each feature computed them on its own before they were computed together."""
+    import numpy as np
+
+    g = a.mean(axis=2)
+    edges = 0.0 if min(g.shape) < 2 else (abs(g[1:, :] - g[:-1, :]).mean() + abs(g[:, 1:] - g[:, :-1]).mean()) / 2
+    rg, yb = a[..., 0] - a[..., 1], 0.5 * (a[..., 0] + a[..., 1]) - a[..., 2]
+    q = (a * 7.999).astype(np.int32)
+    return {"gray_std": a.mean(axis=2).std(), "edge_density": edges,
+            "colorfulness": math.hypot(rg.std(), yb.std()) + 0.3 * math.hypot(rg.mean(), yb.mean()),
+            "distinct_colors": float(len(np.unique(q[..., 0] * 64 + q[..., 1] * 8 + q[..., 2])))}
+
+
+@pytest.mark.parametrize("mode,size", [("RGB", (48, 32)), ("RGB", (640, 480)), ("RGBA", (90, 200)), ("L", (1, 7)),
+                                       ("P", (33, 65)), ("RGB", (1, 1))])
+def test_image_statistics_computed_together_equal_each_features_own(mode, size):
+    import numpy as np
+
+    from routedvlm.inference.features import FeatureContext
+
+    rng = np.random.default_rng(sum(size))
+    shape = (size[1], size[0], 3)
+    image = Image.fromarray(rng.integers(0, 256, size=shape, dtype=np.uint8), "RGB").convert(mode)
+    ctx = FeatureContext("q", [image])
+    assert ctx.image_stats == [_reference_stats(a) for a in ctx.thumbs]
+
+
+def test_prompt_features_reproduce_the_bundled_labels_exactly():
+    """Existing labels route the same: every prompt feature of the 1,000 bundled toy-world samples, recomputed from
+    the regenerated images, equals the stored column bit for bit."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from routedvlm.data.toyworld.task import make_samples
+    from routedvlm.inference.features import feature_names
+
+    labels = pd.read_parquet(Path(__file__).resolve().parents[2] / "data" / "toyworld" / "labels.parquet")
+    samples = make_samples("label", len(labels), 0)
+    assert [s.sample_id for s in samples] == list(labels["sample_id"])
+    names = feature_names(("prompt",))
+    got = pd.DataFrame([compute_features(s.question, [s.image], {}, names) for s in samples])
+    for name in names:
+        assert (got[name].to_numpy() == labels[name].to_numpy()).all(), name

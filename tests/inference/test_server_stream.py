@@ -87,6 +87,8 @@ def test_metrics_scrape_parses(client, served, images):
     assert families["routedvlm_requests_in_flight"].samples[0].value == 0
     assert families["routedvlm_router_healthy"].samples[0].value == 1 and families["routedvlm_ready"].samples[0].value == 1
     assert families["routedvlm_request_duration_seconds"].type == "histogram"
+    overhead = {s.name: s.value for s in families["routedvlm_overhead_seconds"].samples}
+    assert families["routedvlm_overhead_seconds"].type == "histogram" and overhead["routedvlm_overhead_seconds_count"] >= 1
 
 
 def test_router_failing_every_decision_is_unhealthy_and_logged_once(tiny_pair, make_pipeline, images, caplog):

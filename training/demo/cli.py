@@ -20,7 +20,8 @@ import textwrap
 import time
 
 EPILOG = """examples:
-  routedvlm demo                        # toy world, ~1000 label + 150 eval samples, into runs/demo
+  routedvlm demo                        # toy world: trains on the bundled 1000 labels, labels 150 eval samples
+  routedvlm demo --full                 # labels the 1000 `label` samples again first (about 7 minutes more)
   routedvlm demo --routers lightgbm     # only the LightGBM router (both modes): no probe training
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
   routedvlm demo --cost profile.json --out runs/demo-2b8b   # toy effects priced at the profiled 2B/8B costs
@@ -139,7 +140,8 @@ def _toy(args) -> None:
 
     h = res.header
     print(f"\n=== toy world, eval split: {h['n_eval']} samples (champion {h['router']} v{h['version']}: {h['champion']}, "
-          f"{h['mode']}, {describe(h['rule'])}; trained on {h['n_label']} labelled samples)")
+          f"{h['mode']}, {describe(h['rule'])}; trained on {h['n_label']} labelled samples"
+          + (", the bundled labels)" if h.get("label_source") == "bundled" else ")"))
     for line in certificate_lines(h):
         print(textwrap.fill(line, width=110, subsequent_indent="      "))
     print(textwrap.fill(f"note: {LATENCY_NOTE}", width=110, subsequent_indent="      "))

@@ -11,7 +11,6 @@ mutual verification and large_reason, back to back, so both latency sources see 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +19,11 @@ from routedvlm.errors import ConfigError, RouterError
 from routedvlm.router.checkpoints import portable_path
 from routedvlm.router.strategies import LARGE_REASON
 
+from .label_source import BUNDLED_N_LABEL, _fresh, label_split  # noqa: F401 - _fresh, label_split: used by ladder.py too
+
 log = logging.getLogger(__name__)
 QUICK_N_LABEL, QUICK_N_EVAL = 80, 24
-DEFAULT_N_LABEL, DEFAULT_N_EVAL = 1000, 150  # 1000: 250 calibration rows certify the default target
+DEFAULT_N_LABEL, DEFAULT_N_EVAL = BUNDLED_N_LABEL, 150  # 1000: 250 calibration rows certify the default target
 MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
@@ -59,6 +60,9 @@ class DemoConfig:
                                 "every stage by its fitted latency model instead of the toy pair's wall clock "
                                 "(simulated economics, real accuracy effects)")
     progress: bool = _f(True, "progress bars on stderr")
+    full: bool = _f(False, f"label the {DEFAULT_N_LABEL} toy `label` samples again instead of training on the bundled "
+                           "labels (data/toyworld/labels.parquet: the same samples, labeller and shipped pair); "
+                           "about 7 minutes more on a quiet 2-core machine")
 
     def __post_init__(self):
         self.n_label = self.n_label if self.n_label is not None else (QUICK_N_LABEL if self.quick else DEFAULT_N_LABEL)
@@ -91,30 +95,6 @@ class DemoResult:
     header: dict
     paths: dict
     table: str
-
-
-def _fresh(*paths: Path) -> None:
-    """Remove this demo's own outputs of an earlier run (labels refuse to overwrite)."""
-    for p in paths:
-        for q in (p, p.with_name(p.name + ".parts")):
-            if q.is_dir():
-                shutil.rmtree(q)
-            elif q.exists():
-                q.unlink()
-
-
-def label_split(cfg: DemoConfig, split: str, n: int, say) -> tuple[Path, Path]:
-    """(data set, labels) of `n` toy `split` samples under `cfg.out`, labelled with the project's labeller."""
-    from routedvlm.data.toyworld.make_labels import label_dataset, write_split
-
-    out = Path(cfg.out)
-    labels = out / f"labels-{split}.parquet"
-    _fresh(labels)
-    dataset = write_split(split, n, cfg.seed, out / "data")
-    t0 = time.perf_counter()
-    summary = label_dataset(dataset, labels, checkpoints=cfg.checkpoints, progress=cfg.progress, cost=cfg.cost)
-    say(f"{summary.line()} in {time.perf_counter() - t0:.0f} s")
-    return dataset, labels
 
 
 def train_and_register(cfg: DemoConfig, labels_path: Path, say):
@@ -209,12 +189,12 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
     """The whole demo (module docstring); `say(msg)` reports progress."""
     from . import routers as R
     from . import table as T
+    from .label_source import bundled_labels, training_labels
 
     stage_cost(cfg)  # a bad --cost profile fails before any labelling
     t0, report = time.perf_counter(), say
     say = lambda msg: report(f"({time.perf_counter() - t0:5.0f} s) {msg}")  # noqa: E731
-    say(f"[1/4] labelling {cfg.n_label} toy `label` samples (every strategy, K grid 4,8,16,all) ...")
-    _, label_labels = label_split(cfg, "label", cfg.n_label, say)
+    label_labels = training_labels(cfg, say)  # label_source.py: the bundled labels, or labelled now
     say(f"[2/4] train-router ({cfg.routers}; cascade and one-shot each) + MLflow registration ...")
     trained, best = train_and_register(cfg, label_labels, say)
     routed, uri = load_routed(cfg, best.info, best.result.labels_hash)
@@ -234,6 +214,7 @@ def run_toy_demo(cfg: DemoConfig, say=log.info) -> DemoResult:
               "rule": routed.router.policy.decision_rule, "target": routed.router.policy.target,
               "certificate": cert, "eval_target": target, "delta": cfg.delta, "n_routers": len(trained),
               "n_label": cfg.n_label, "n_eval": len(eval_df),
+              "label_source": "bundled" if bundled_labels(cfg) is not None else "labelled",
               "live_fallbacks": sum(r["fallback"] for r in live[CHAMPION]), "live_wall_mean_ms": rows[0]["wall_mean_ms"],
               "seconds": round(time.perf_counter() - t0, 1), **cost_header(cfg)}
     paths = T.write_outputs(Path(cfg.out), rows, header, T.rule_curves(best, eval_df))

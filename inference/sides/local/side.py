@@ -127,7 +127,12 @@ class VLM(ChatFormat, ModelSide):
 
     @property
     def device(self):
-        return next(self.model.parameters()).device
+        """The device of the weights (read from the first parameter, kept while the model is the same object:
+        `model.to()` moves a parameter in place)."""
+        kept = getattr(self, "_first_parameter", None)
+        if kept is None or kept[0] is not self.model:
+            kept = self._first_parameter = (self.model, next(self.model.parameters()))
+        return kept[1].device
 
     @property
     def placement(self) -> tuple:

@@ -97,7 +97,7 @@ def run(args) -> int:
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import CollaborativePipeline, RoutedVLM
-    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.inference.sides.http.side import OpenAIVLM
 
     def connect(name: str, model: str):  # round-robin escalations report no reuse: count them, do not raise
         return OpenAIVLM.connect(f"http://127.0.0.1:{PORTS[name]}/v1", model, require_prefix_cache=False)

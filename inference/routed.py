@@ -301,8 +301,6 @@ def _pipeline(sides, **kwargs):
     """A CollaborativePipeline of 2 sides (the pair) or more (a ladder)."""
     from .pipeline import CollaborativePipeline
 
-    if len(sides) == 2:
-        return CollaborativePipeline(*sides, **kwargs)
     return CollaborativePipeline(sides=sides, **kwargs)
 
 

@@ -37,7 +37,7 @@ def toy_samples():
 def pipes(vllm_servers):
     from routedvlm.data.toyworld.make_labels import checkpoint_pair
     from routedvlm.inference import VLM, CollaborativePipeline
-    from routedvlm.inference.sides.http.remote import connect
+    from routedvlm.inference.sides import load_side as connect
 
     small, large = checkpoint_pair()
     local = CollaborativePipeline(VLM.from_pretrained(small), VLM.from_pretrained(large), **_toy_settings())
@@ -99,7 +99,7 @@ def test_labelling_runs_measure_the_two_stage_reuse_in_isolation(shared_runs):
 def test_both_reply_shapes_occur_and_split_alike(vllm_servers, toy_samples):
     """The small server runs vLLM's qwen3 reasoning parser, the large one none: raw replies differ, splits agree."""
     from routedvlm.inference.sides.http.openai_replies import logprob_tokens, message, split_reasoning
-    from routedvlm.inference.sides.http.remote import connect
+    from routedvlm.inference.sides import load_side as connect
     from routedvlm.inference.inputs import make_request
 
     s = toy_samples[0]

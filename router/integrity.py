@@ -159,8 +159,13 @@ def lightgbm_library() -> str:
     raise RouterLoadError(f"Cannot find LightGBM's library {name} under {str(root)!r}; reinstall lightgbm.")
 
 
-def lightgbm_child(paths) -> None:
-    """Parse LightGBM text models in a child process; RouterLoadError when one is unreadable or kills it."""
+UNHASHED = "its policy.json (format version 1) records no sha256"
+HASHED = "a matching sha256 proves only that the file is the one policy.json names, not that LightGBM can run it"
+
+
+def lightgbm_child(paths, why: str = UNHASHED) -> None:
+    """Parse LightGBM text models in a child process; RouterLoadError when one is unreadable or kills it. `why`: the
+    reason the check runs, for the message (UNHASHED: a format-1 router; HASHED: a format 2+ router, digests matched)."""
     import signal
     import subprocess
     import sys
@@ -188,5 +193,5 @@ def lightgbm_child(paths) -> None:
         what = f"crashed LightGBM's parser ({sig})"
     else:
         what = f"is not a readable LightGBM text model ({(lines or ['?'])[-1]})"
-    raise RouterLoadError(f"The model file {culprit!r} {what}; it was checked in a child process because its "
-                          "policy.json (format version 1) records no sha256. Re-export the router with train-router.")
+    raise RouterLoadError(f"The model file {culprit!r} {what}; it was checked in a child process because {why}. "
+                          "Re-export the router with train-router.")

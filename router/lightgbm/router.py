@@ -120,10 +120,10 @@ class LightGBMRouter(Router):
         return list(files.values())
 
     @classmethod
-    def _check_unverified(cls, directory: Path, files: list[str]) -> None:
-        from ..integrity import lightgbm_child
+    def _check_unverified(cls, directory: Path, files: list[str], why: str | None = None) -> None:
+        from ..integrity import UNHASHED, lightgbm_child
 
-        lightgbm_child([directory / f for f in files])
+        lightgbm_child([directory / f for f in files], why or UNHASHED)
 
     @classmethod
     def _from_folder(cls, policy: Policy, directory: Path) -> "LightGBMRouter":
@@ -132,7 +132,9 @@ class LightGBMRouter(Router):
         from ..integrity import read_verified
 
         if policy.format_version >= 2:  # a damaged file whose digest was re-computed must not abort or hang us
-            cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())))
+            from ..integrity import HASHED
+
+            cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())), HASHED)
         boosters = {}
         for s, f in policy.params.get("model_files", {}).items():
             try:

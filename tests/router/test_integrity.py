@@ -69,6 +69,9 @@ def test_damage_with_recomputed_digests_is_parsed_in_the_child_check_too(lgbm_ro
     assert all(r.get("loaded") or k in refused for k, r in results.items()), results
     for kind in ("child_cycle", *LOOSE_LOOPS):  # checked on LightGBM's parse: `0.0`, `0x0`, `0abc` all read as 0
         assert "Tree=0 is not a tree (a child link loops" in results[kind]["message"], results[kind]
+        # regression (issue 39): the message gave a format-1 reason ("records no sha256") for a hashed router
+        assert "records no sha256" not in results[kind]["message"], results[kind]
+        assert "a matching sha256 proves only" in results[kind]["message"], results[kind]
 
 
 def test_paths_that_leave_the_router_folder_are_refused_before_reading(lgbm_router, tmp_path):

@@ -23,8 +23,15 @@ def _f(default, help: str, **kw):
 
 
 def share(text: str) -> float | str:
-    """--calib-fraction's value: 'auto' or a number (argparse names this function in its error)."""
-    return "auto" if str(text).strip().lower() == "auto" else float(text)
+    """--calib-fraction's value: 'auto' or a number."""
+    import argparse
+
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number in (0, 0.5), e.g. 0.3; got {text!r}") from None
 
 
 def _csv(value) -> list[str] | None:

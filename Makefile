@@ -29,7 +29,7 @@ GPU_PYTHON ?= $(PYTHON)
 GPU_VENV ?= .venv-gpu
 GPU_STAMP := $(GPU_VENV)/.installed-stamp
 
-.PHONY: install test docs clients-env test-clients test-gpu gpu-env gpu-check gpu-check-dry-run lock test-vllm test-vllm-engine demo clean scorer-diff vllm-env vllm-up vllm-down
+.PHONY: install test docs clients-env test-clients test-gpu gpu-env gpu-check gpu-check-dry-run lock test-vllm test-vllm-engine demo clean scorer-diff vllm-env vllm-up vllm-down litellm-env test-litellm
 
 # The CPU set: exactly the lock, no resolver run (--no-deps), so two installs a month apart get the same packages.
 $(STAMP): requirements.txt pyproject.toml
@@ -145,6 +145,23 @@ test-vllm-engine: $(STAMP) $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/routedvlm demo $(DEMO_ARGS)
+
+# LiteLLM proxy (integrations/litellm: routedvlm as one model group) in its own venv: a freeze of litellm[proxy]
+# installed with --no-deps. `make test-litellm`: the tests marked `litellm` (.venv starts serve and the proxy).
+LITELLM_VENV ?= .venv-litellm
+LITELLM_STAMP := $(LITELLM_VENV)/.installed-stamp
+
+$(LITELLM_STAMP): integrations/litellm/requirements.txt
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	for i in 1 2 3; do $(LITELLM_VENV)/bin/pip install --retries 10 --timeout 120 --no-deps \
+		-r integrations/litellm/requirements.txt && break; [ $$i = 3 ] && exit 1; sleep 20; done
+	$(LITELLM_VENV)/bin/pip check
+	touch $(LITELLM_STAMP)
+
+litellm-env: $(LITELLM_STAMP)
+
+test-litellm: $(STAMP) $(LITELLM_STAMP)
+	LITELLM_BIN=$(LITELLM_VENV)/bin/litellm $(PY) -m pytest -q -m litellm --timeout=900 $(PYTEST_ARGS)
 
 # Dev only: compare routedvlm.data.scorers with the reference scorers on generated cases (docs/labelling.md). Builds .venv-scorers with lmms-eval 0.7.3 from the registry; SCORER_REFS=DIR adds
 # VLMEvalKit, MMMU and MathVista from git repositories under DIR (at the commits in tools/scorer_diff).

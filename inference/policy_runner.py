@@ -27,6 +27,7 @@ from . import final_answer, streaming
 from . import sampling as sampling_mod
 from .decision_deadline import DecisionDeadline
 from .encoders import encoder_for_policy
+from .encoders.state import state_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
 from .threads import parallel
@@ -127,6 +128,8 @@ class PolicyRunner:
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
             encoder_for_policy(router.policy.params)
+        if router.policy.params.get("state"):  # the small VLM's state features, registered (attach_router verified)
+            state_for_policy(router.policy.params)
         feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
 from dataclasses import fields
 
 from routedvlm.errors import ConfigError, InputError
@@ -24,6 +23,7 @@ from .inputs import make_request
 from .pipeline_parts import PipelineConfig, pipeline_sides
 from .checkpoint_check import check_checkpoints
 from .policy_runner import PolicyRunner, RoutedOutput
+from .request_ids import request_id as new_request_id
 from .streaming import RoutedStream
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,10 @@ def attach_router(router, pipeline):
         from .encoders import encoder_for_policy
 
         encoder_for_policy(router.policy.params)
+    if router.policy.params.get("state"):  # the small VLM's state: same small weights, capture switched on
+        from .encoders.state import state_for_policy
+
+        state_for_policy(router.policy.params, pipeline.small)
     layers = router.hidden_layers
     if layers:
         pipeline.large.capture_hidden(layers)
@@ -96,12 +100,15 @@ class RoutedVLM:
     the background, and `audit_status()` says whether the certified promise holds on this traffic (`audit`: an
     `AuditConfig` or a dict of its fields: log, store_inputs, alpha, delta, window, ...; see docs/audit.md).
     Attributes: `pipeline`, `router` (None when it failed to load), `fallback`, `router_error`, `prompt_template`,
-    `auditor` (None when not auditing).
+    `auditor` (None when not auditing), `replica_id` (None; `routedvlm serve --replica-id` names the process, and
+    its request ids carry it: `request_ids.py`).
     `decision_timeout`: seconds the router's scoring may take (default 10; None: no limit); one that overruns is
     answered by the fallback and the router reports unhealthy in `health()` until it returns.
     A router that records the checkpoints it was trained on (`policy.checkpoints`) is refused (router_error, the
     fallback answers) on other checkpoints unless `allow_checkpoint_mismatch=True` (inference/checkpoint_check.py).
     """
+
+    replica_id: str | None = None
 
     def __init__(self, pipeline, router=DEFAULT_ROUTER, *, fallback=DEFAULT_FALLBACK, tracking_uri: str | None = None,
                  prompt_template=None, audit_rate: float = 0.0, audit=None, decision_timeout: float | None = 10.0,
@@ -210,6 +217,7 @@ class RoutedVLM:
         """A validated Request whose question went through the router's prompt template."""
         req = make_request(image, question, messages)
         req.user_question = req.question  # what an audit log stores (relabelling applies the template again)
+        req.__dict__["_session"] = new_request_id(self.replica_id)  # every call of this request sends it (sides/openai.py)
         req.question = self.prompt_template.apply(req.question)
         return req
 
@@ -220,7 +228,7 @@ class RoutedVLM:
         (`defer_audit`: see `generate`; `audit_draw`: the draw made beforehand, see `streaming.RoutedStream`)."""
         with self.lock:
             out = self.runner.run(req, **kwargs)
-        out.request_id = request_id or f"req-{uuid.uuid4().hex}"
+        out.request_id = request_id or req.__dict__.get("_session") or new_request_id(self.replica_id)
         if self.auditor is not None and not out.decision.get("sampled"):  # a sampled answer is outside the certificate
             # after the lock is released: the audit waits for it, the answer does not
             out.audited = self.auditor.offer(out.request_id, req, out, defer=defer_audit, drawn=audit_draw)

@@ -156,7 +156,8 @@ class RoutedStream:
 
         self.routed, self.request, self.max_tokens, self.sampling = routed, request, max_tokens, sampling
         self.route, self.output, self._sink = None, None, None
-        self.request_id = f"req-{uuid.uuid4().hex}"  # known before the answer (a streamed response's header)
+        # known before the answer (a streamed response's header): the request's session key when it has one
+        self.request_id = request.__dict__.get("_session") or f"req-{uuid.uuid4().hex}"
         auditor, sampled = getattr(routed, "auditor", None), sampling is not None and not sampling.neutral
         self.audit_draw = False if auditor is None or sampled else auditor.draw()  # drawn now, for the headers
 

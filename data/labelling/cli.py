@@ -38,7 +38,7 @@ METAVARS = {"transfer_pairs": "FROM:TO,...", "reason_models": "M,..."}
 REPEATED = {"models": ("--model", "SPEC"), "reasoners": ("--reasoner", "ALIAS=SPEC"),
             "cost_models": ("--cost-model", "ALIAS=NAME")}
 INT_FIELDS = ("limit", "max_new_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens", "flush_every",
-              "concurrency", "num_workers", "threads", "encoder_dims")
+              "concurrency", "num_workers", "threads", "encoder_dims", "state_dims")
 FLOAT_FIELDS = ("threshold", "gpus_per_worker")
 SWITCHES = ("resume", "ray", "estimate_only")
 

@@ -99,6 +99,9 @@ class LabelConfig:
                                 "each question embedded by this sentence encoder, a folder or hub id (docs/labelling.md)"})
     encoder_dims: int = field(default=16, metadata={"help": "meaning features per question: the embedding's random "
                               "projection to this many values (default 16)"})
+    state_dims: int = field(default=0, metadata={"help": "add the small VLM's state features "
+                            "(feat__small_direct__state_<i>: its last layer at the last prompt token of small_direct, "
+                            "randomly projected to this many values; a local small model; default 0: none)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar on stderr"})
     concurrency: int | None = field(default=None, metadata={"help": f"samples in flight (default: {REMOTE_CONCURRENCY} "
                                     "when both sides are servers, else 1; local models run one sample at a time)"})
@@ -127,6 +130,8 @@ class LabelConfig:
             check_spec(spec, f"`{alias}` reasoner")
         if isinstance(self.encoder_dims, bool) or not isinstance(self.encoder_dims, int) or self.encoder_dims < 1:
             raise ConfigError(f"The `encoder_dims` setting must be a positive integer. Got {self.encoder_dims!r} instead.")
+        if isinstance(self.state_dims, bool) or not isinstance(self.state_dims, int) or self.state_dims < 0:
+            raise ConfigError(f"The `state_dims` setting must be a non-negative integer. Got {self.state_dims!r} instead.")
         if self.selector not in SELECTOR_NAMES:
             raise ConfigError(f"The `selector` setting must be one of {one_of(SELECTOR_NAMES)}. Got {self.selector!r} instead.")
         if not 0.0 <= float(self.threshold) <= 1.0:

@@ -197,7 +197,23 @@ def load_pipeline(cfg: LabelConfig):
         sides=sides, selector=cfg.selector, k_grid=cfg.k_grid or DEFAULT_K_GRID, max_direct_tokens=cfg.max_new_tokens,
         max_reason_tokens=cfg.max_reason_tokens, min_new_tokens=cfg.min_new_tokens, min_reason_tokens=cfg.min_reason_tokens,
     )
+    state_of(cfg, pipe)  # the small model's state features: captured and registered, or unregistered
     return pipe, device
+
+
+def state_of(cfg: LabelConfig, pipe=None):
+    """The small VLM's state features of `cfg.state_dims` (None when 0); with `pipe`, switched on for its small side
+    (registered for label_sample, capture on) — or, without state features, taken out of the feature registry."""
+    from routedvlm.inference.encoders.state import StateFeatures, enable_state, unregister_state
+
+    if not cfg.state_dims:
+        if pipe is not None:
+            unregister_state()
+        return None
+    state = StateFeatures.from_checkpoint(cfg.small, dims=cfg.state_dims)
+    if pipe is not None:
+        enable_state(state, pipe.small)
+    return state
 
 
 def stage_cost(cfg: LabelConfig, source: str):
@@ -238,6 +254,7 @@ def build_metadata(cfg: LabelConfig, pipe, device: str, source: SampleSource, co
         "torch_threads": _torch_threads(),
         "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
         "run_settings": cfg.settings(), **({"encoder": meaning_of(cfg).spec()} if cfg.encoder else {}),
+        **({"state": state_of(cfg).spec()} if cfg.state_dims else {}),
     }
 
 

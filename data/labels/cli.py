@@ -16,7 +16,8 @@ EPILOG = ("examples: routedvlm labels validate labels.parquet --json\n          
           "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet\n"
           "          routedvlm labels import-outcomes --layout mmr-bench mmr.csv --order 2B 4B 8B --out mmr.parquet\n"
           "          routedvlm labels import-outcomes --layout routellm gsm8k_responses.csv --out gsm8k.parquet "
-          "--encoder ./all-MiniLM-L6-v2")
+          "--encoder ./all-MiniLM-L6-v2\n"
+          "          routedvlm labels add-features data/toyworld/labels.parquet --out labels-state.parquet")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,7 +51,30 @@ def _parser() -> argparse.ArgumentParser:
                    "questions embedded by this sentence encoder (a local folder or hub id; see docs/labelling.md)")
     i.add_argument("--encoder-dims", type=int, default=16, help="meaning features per question: the embedding's "
                    "random projection to this many values (default 16; the encoder's size keeps it whole)")
+    a = sub.add_parser("add-features", help="add the small VLM's state features (feat__small_direct__state_<i>) to a "
+                       "labels table, re-running only the small model's direct pass", epilog=EPILOG)
+    a.add_argument("file", metavar="LABELS", help="the labels.parquet to read (never lost: the output is written "
+                   "atomically)")
+    a.add_argument("--out", default=None, help="the labels.parquet to write (default: LABELS, replaced atomically)")
+    a.add_argument("--small", default=None, help="the small VLM folder (default: the labels' small model)")
+    a.add_argument("--dataset", default=None, help="the data set the labels were made from (default: the labels' "
+                   "sample_source)")
+    a.add_argument("--state-layer", type=int, default=-1, help="decoder layer whose output at the last prompt token "
+                   "is read (default -1, the last)")
+    a.add_argument("--state-dims", type=int, default=16, help="random-projection size (default 16; the hidden size "
+                   "keeps it whole)")
+    a.add_argument("--state-seed", type=int, default=0, help="seed of the random projection (default 0)")
+    a.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def add_features_command(args) -> int:
+    from .add_features import add_state_features
+
+    out = add_state_features(args.file, args.out, small=args.small, dataset=args.dataset, layer=args.state_layer,
+                             dims=args.state_dims, seed=args.state_seed, progress=not args.no_progress)
+    print(f"wrote {out} with {args.state_dims} state features (feat__small_direct__state_*)")
+    return 0
 
 
 def import_command(args) -> int:
@@ -119,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.action == "validate":
         return validate_command(args.file, args.json, args.strict)
-    if args.action == "import-outcomes":
+    if args.action in ("import-outcomes", "add-features"):
         from routedvlm.errors import RoutedVLMError
 
         try:
-            return import_command(args)
+            return import_command(args) if args.action == "import-outcomes" else add_features_command(args)
         except RoutedVLMError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

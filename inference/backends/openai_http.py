@@ -36,15 +36,16 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=timeout, headers=headers)
 
-    def create(self, body: dict, *, what: str = "chat completion") -> dict:
-        """The JSON response of one chat completion; raises BackendError after the retries are spent."""
+    def create(self, body: dict, *, what: str = "chat completion", headers: dict | None = None) -> dict:
+        """The JSON response of one chat completion (`headers`: more request headers); raises BackendError after the
+        retries are spent."""
         import httpx
 
         url, rid = f"{self.base_url}/chat/completions", f"routedvlm-{uuid.uuid4().hex[:12]}"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
-                resp = self._http.post(url, json=body, headers={"x-request-id": rid})
+                resp = self._http.post(url, json=body, headers={**(headers or {}), "x-request-id": rid})
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if last:
                     raise self._error(what, rid, f"{type(exc).__name__}: {exc}", attempt, SideUnavailableError) from None

@@ -6,6 +6,8 @@ Feedback body: {"request_id": "<x-routedvlm-request-id of the response>", "answe
 (auth.py), not the chat key. Answers 200 with the audit's state, 404 for a request that was not audited (or no
 longer remembered), 409 when it already has gold (each request's gold counts once), 400 for a bad body (also one
 nested too deeply to parse), 413 beyond `MAX_FEEDBACK_BYTES`, 503 while the models load.
+Behind several replicas the audit is kept by the replica that answered: feedback for a request id that names another
+replica (`req-<replica>-…`) answers 404 `other_replica` naming it (docs/deploy.md).
 """
 from __future__ import annotations
 
@@ -73,6 +75,17 @@ def parse_feedback(raw) -> dict:
     return body
 
 
+def check_replica(routed, request_id: str) -> None:
+    """APIError 404 when `request_id` was answered (and its audit is kept) by another replica than this one."""
+    from ..request_ids import replica_of
+
+    mine, theirs = routed.replica_id, replica_of(request_id)
+    if mine is not None and theirs is not None and theirs != mine:
+        raise APIError(404, f"Request {request_id!r} was answered by replica {theirs!r}, which keeps its audit; this "
+                            f"is replica {mine!r}. Send the feedback to {theirs!r} (its pod address), not through the "
+                            "load balancer.", param="request_id", code="other_replica")
+
+
 async def feedback(routed, raw):
     """Apply one gold feedback to `routed`'s audit (in a worker thread: it may write the audit log)."""
     from fastapi.responses import JSONResponse
@@ -84,6 +97,7 @@ async def feedback(routed, raw):
 
     try:
         body = parse_feedback(raw)
+        check_replica(routed, body["request_id"])
         if routed.auditor is None:
             raise APIError(404, "This server does not audit (start it with --audit-rate).", code="audit_off")
         rid = body.pop("request_id")

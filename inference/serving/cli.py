@@ -22,6 +22,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields
 
@@ -40,6 +41,7 @@ EPILOG = """examples:
          "image_url": {"url": "data:image/png;base64,..."}}, {"type": "text", "text": "How many bars?"}]}]}'
   curl -s localhost:8000/ready; curl -s localhost:8000/metrics
 """
+REPLICA_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _MAY_BE_ZERO = ("max_connections_per_client", "probe_slots", "min_body_rate")
 THREADS_HELP = ("torch CPU threads per process; 1 (the default) gives stable per-request latencies on a shared "
                 "CPU, raise it on a dedicated machine; 0 keeps torch's default (one per core)")
@@ -113,6 +115,10 @@ class ServeConfig:
     max_reason_tokens: int = field(default=512, metadata={"help": "max new tokens of a reasoning run"})
     min_new_tokens: int = field(default=0, metadata={"help": "min new tokens of an answer (tiny random test models)"})
     min_reason_tokens: int = field(default=0, metadata={"help": "min new tokens of a reasoning run"})
+    replica_id: str | None = field(default=None, metadata={
+        "help": "this replica's name (letters, digits, '.', '_', '-'; default $ROUTEDVLM_REPLICA_ID): request ids "
+                "start req-<replica>-, every response says x-routedvlm-replica, /metrics has routedvlm_replica_info "
+                "(docs/deploy.md)"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
     audit_rate: float = field(default=0.0, metadata={"help": "fraction of requests shadow-audited against the "
                                                             "certificate's reference strategy (0 = off; docs/audit.md)"})
@@ -148,6 +154,9 @@ class ServeConfig:
             raise ConfigError(f"The `--threads` flag must be an integer >= 0. Got {self.threads!r} instead.")
         if isinstance(self.audit_rate, bool) or not isinstance(self.audit_rate, (int, float)) or not 0 <= self.audit_rate <= 1:
             raise ConfigError(f"The `--audit-rate` flag must be a number in [0, 1]. Got {self.audit_rate!r} instead.")
+        if self.replica_id is not None and not REPLICA_ID.fullmatch(self.replica_id):
+            raise ConfigError(f"The `--replica-id` flag must be 1 to 63 letters, digits, '.', '_' or '-', starting "
+                              f"with a letter or digit (a pod name works). Got {self.replica_id!r} instead.")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"The `--log-level` flag must be 'debug', 'error', 'info' or 'warning'. Got {self.log_level!r}.")
 
@@ -233,6 +242,7 @@ def _loader(cfg: ServeConfig):
             audit_rate=cfg.audit_rate, audit=_audit_config(cfg), decision_timeout=cfg.decision_timeout,
             allow_checkpoint_mismatch=cfg.allow_checkpoint_mismatch,
         )
+        routed.replica_id = cfg.replica_id
         if routed.router is None:
             print(f"warning: router {cfg.router!r} did not load ({routed.router_error}); serving the fallback "
                   f"{routed.fallback.policy.router_type!r}", file=sys.stderr)
@@ -292,6 +302,7 @@ def _close_audit(routed) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
+    args["replica_id"] = args["replica_id"] or os.environ.get("ROUTEDVLM_REPLICA_ID") or None
     cfg = ServeConfig(**args)
     cfg.api_key = cfg.api_key or os.environ.get("ROUTEDVLM_API_KEY") or None
     cfg.feedback_key = cfg.feedback_key or os.environ.get("ROUTEDVLM_FEEDBACK_KEY") or None
@@ -313,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
 
     app = create_app(loader=_loader(cfg), on_load_error=stop, served_model=cfg.served_model_name, sides=cfg.aliases,
                      api_key=cfg.api_key, feedback_key=cfg.feedback_key, limits=cfg.limits, min_new_tokens=cfg.min_new_tokens,
-                     request_timeout=cfg.request_timeout, max_queued=cfg.max_queued)
+                     request_timeout=cfg.request_timeout, max_queued=cfg.max_queued, replica_id=cfg.replica_id)
     server = graceful_server(uvicorn_config(app, cfg), app.state.deadlines, cfg.shutdown_timeout)
     print(f"routedvlm serving {cfg.served_model_name!r} on http://{cfg.host}:{cfg.port}/v1 (loading the models; "
           "GET /ready answers 200 once they are loaded)", file=sys.stderr, flush=True)

@@ -11,8 +11,10 @@ routedvlm_model_runs_total{model}: answered requests in which a model of the lad
 ...) ran at least one stage; routedvlm_answers_total{model}: answered requests whose final answer that model gave;
 routedvlm_overhead_seconds: routedvlm's own time per answered request (features, decision, bookkeeping: the
 request's wall time minus its model calls; the trace's `overhead_ms`), in buckets from 50 us;
-routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time). vLLM-named series beside them:
-vllm_metrics.py.
+routedvlm_ready and routedvlm_router_healthy (1/0, read at scrape time); routedvlm_replica_info{replica} (1, with
+`--replica-id`). vLLM-named series beside them: vllm_metrics.py. Every series is this process's own: behind several
+replicas Prometheus scrapes each pod and `sum without (instance, pod, replica)` adds them up (counters and histogram
+buckets sum; the gauges sum to ready replicas and requests in flight over the fleet).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 class ServerMetrics:
     """The server's metrics; `ready()` and `router_healthy()` are callables read at every scrape."""
 
-    def __init__(self, ready, router_healthy):
+    def __init__(self, ready, router_healthy, replica: str | None = None):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = r = CollectorRegistry(auto_describe=True)
@@ -51,6 +53,9 @@ class ServerMetrics:
             lambda: float(bool(ready())))
         Gauge("routedvlm_router_healthy", "1 while the router loads and decides; 0 when the fallback answers every "
               "request.", registry=r).set_function(lambda: float(bool(router_healthy())))
+        if replica is not None:
+            Gauge("routedvlm_replica_info", "1; the replica label names this process (routedvlm serve --replica-id).",
+                  ["replica"], registry=r).labels(replica).set(1)
 
     def request(self, route: str, model: str, strategy: str, status: int, seconds: float | None = None) -> None:
         self.requests.labels(route, model, strategy, str(status)).inc()

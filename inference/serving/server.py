@@ -35,6 +35,7 @@ from .metrics import ServerMetrics
 from .openapi import ERROR as ERROR_SCHEMA
 from .openapi import openapi_document
 from .plain_stream import stream_plain
+from .replica import ReplicaHeader
 from .prompt_check import check_routed_context, special_pattern
 from .routed_stream import stream_routed
 from .side_health import SideHealth
@@ -98,12 +99,13 @@ class Serving:
 def create_app(routed=None, *, loader=None, on_load_error=None, served_model: str = "routedvlm", sides=None,
                api_key: str | None = None, feedback_key: str | None = None, limits: Limits | None = None,
                min_new_tokens: int = 0,
-               request_timeout: float | None = 300.0, max_queued: int = 64):
+               request_timeout: float | None = 300.0, max_queued: int = 64, replica_id: str | None = None):
     """The FastAPI app serving a RoutedVLM (`routed`, or `loader()` run in the background at startup).
     `sides`: the plain models' ids, the ladder's aliases (default: those of `routed`'s pipeline, or the pair's
     "small", "large" while a `loader` loads); `min_new_tokens` applies to plain-model answers (tiny random models);
     `request_timeout` (seconds, None: none) stops a request's model calls; `max_queued` chat requests at once, 503
-    beyond; `feedback_key`: the key POST /v1/audit/feedback needs (None: gold feedback is off, 403)."""
+    beyond; `feedback_key`: the key POST /v1/audit/feedback needs (None: gold feedback is off, 403); `replica_id`
+    names this replica in every response (`x-routedvlm-replica`) and in /metrics."""
     from ..routed import pipeline_sides
 
     import contextlib
@@ -119,7 +121,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
         raise ConfigError(f"The served model name must differ from the plain models' ids {list(aliases)}. "
                           f"Got {served_model!r}.")
     models = (served_model, *aliases)
-    metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy)
+    metrics = ServerMetrics(lambda: serving.routed is not None, serving.router_healthy, replica_id)
     register_audit_metrics(metrics.registry, lambda: serving.routed.audit_status() if serving.routed is not None else None)
 
     @contextlib.asynccontextmanager
@@ -133,6 +135,8 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     app = FastAPI(title="routedvlm", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.serving, app.state.metrics, app.state.deadlines = serving, metrics, deadlines
     app.add_middleware(KeyCheck, key=api_key, feedback_key=feedback_key)
+    if replica_id is not None:
+        app.add_middleware(ReplicaHeader, replica=replica_id)
 
     def error(exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)

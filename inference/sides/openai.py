@@ -22,6 +22,10 @@ Measured over HTTP, approximately:
 - tokens are the server's token strings from `logprobs.content` (without logprobs: whitespace pieces);
   first-token entropy is computed from the first token's `top_logprobs` with the remaining probability
   mass as one extra outcome — a lower-fidelity value than a local model's full-vocabulary entropy.
+- every call of one routed request carries the same session header (`x-session-id: <request id>`,
+  `$ROUTEDVLM_SESSION_HEADER` renames it, empty: none), so a load balancer in front of several vLLM replicas that
+  hashes on it (vllm-router `--policy consistent_hash`, Envoy's header hash) sends the escalation to the replica that
+  holds the direct call's prefix (docs/deploy.md); a measured run's calls send the sample's namespace instead;
 - `run_many` (the labeller) isolates its measurements with vLLM's `cache_salt` (`remote_prompt.py`): every
   standalone call is cold, the two-stage calls reuse only the prefix of this sample's `large_direct` call.
 """
@@ -46,6 +50,7 @@ from .base import THINK_CLOSE, THINK_OPEN, ModelSide
 logger = logging.getLogger(__name__)
 THINKING = ("always", "hybrid", "never")
 REQUIRE_CACHE_ENV = "ROUTEDVLM_REQUIRE_PREFIX_CACHE"
+SESSION_HEADER_ENV, SESSION_HEADER = "ROUTEDVLM_SESSION_HEADER", "x-session-id"
 
 
 class OpenAIVLM(ModelSide):
@@ -166,7 +171,7 @@ class OpenAIVLM(ModelSide):
             messages.append({"role": "assistant", "content": partial})
             body.update(continue_final_message=True, add_generation_prompt=False)
         t0 = time.perf_counter()
-        resp = self.client.create(body, what=f"{stage or 'chat'} ({self.model_id})")
+        resp = self.client.create(body, what=f"{stage or 'chat'} ({self.model_id})", headers=session_headers(request))
         return generation(resp, (time.perf_counter() - t0) * 1000), resp
 
     # ----- ModelSide stages: one request each; the server caches prefixes, so `cache`/`inputs` are not used ----------
@@ -253,6 +258,15 @@ def shares_prefix(stage: str) -> bool:
     return stage.endswith("_direct") and not stage.startswith("small_")
 
 
+def session_headers(request) -> dict:
+    """The affinity header of a call for `request`: {header: key}, the key the same for every call of one routed
+    request (its request id) or of one measured sample (its namespace); {} when it has neither or the header is
+    switched off (`$ROUTEDVLM_SESSION_HEADER` empty)."""
+    name = os.environ.get(SESSION_HEADER_ENV, SESSION_HEADER).strip()
+    key = request.__dict__.get("_session") or request.__dict__.get("_measure")
+    return {name: key} if name and key else {}
+
+
 def measurement_salt(request, stage: str) -> str | None:
     """The `cache_salt` of a call in a measured run (`request._measure` set by run_many), else None: the sample's
     own namespace for `large_direct` and the two-stage calls, a fresh one (a cold call) for everything else."""
@@ -276,4 +290,4 @@ def load(spec: str, *, reasoner=None, **_local) -> OpenAIVLM:
     return OpenAIVLM.connect(url, model, key, reasoner=reasoner)
 
 
-__all__ = ["OpenAIVLM", "clean_text", "measurement_salt", "remote_record"]
+__all__ = ["OpenAIVLM", "clean_text", "measurement_salt", "remote_record", "session_headers"]

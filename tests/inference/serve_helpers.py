@@ -65,13 +65,14 @@ def rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def serve_process(args, log_path, timeout=240, **popen):
-    """`routedvlm serve ARGS --port <free>` in a subprocess (`popen`: more Popen arguments); yields (base url, Popen)
-    once GET /ready (no key) is 200."""
+def serve_process(args, log_path, timeout=240, command=None, **popen):
+    """`routedvlm serve ARGS --port <free>` in a subprocess (`command`: another program that starts serve and takes
+    its flags, e.g. the container's entrypoint; `popen`: more Popen arguments); yields (base url, Popen) once GET
+    /ready (no key) is 200."""
     import httpx
 
     port, log = free_port(), open(log_path, "w")
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", *args, "--port", str(port)]
+    cmd = [*(command or [sys.executable, "-m", "routedvlm.training.cli", "serve"]), *args, "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
     url = f"http://127.0.0.1:{port}"
     try:

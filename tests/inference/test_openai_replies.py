@@ -49,10 +49,11 @@ class FakeClient:
     base_url = "http://127.0.0.1:9/v1"
 
     def __init__(self, cached, details=True):
-        self.cached, self.details, self.bodies = cached, details, []
+        self.cached, self.details, self.bodies, self.headers = cached, details, [], []
 
-    def create(self, body, what=""):
+    def create(self, body, what="", headers=None):
         self.bodies.append(body)
+        self.headers.append(headers or {})
         first = len(self.bodies) == 1
         usage = {"prompt_tokens": 66, "completion_tokens": 3}
         if self.details:
@@ -118,3 +119,45 @@ def test_measured_transfers_reuse_only_the_direct_prefix_in_their_own_cache_name
     assert client.bodies[3]["max_tokens"] == 1 and all(b["skip_special_tokens"] is False for b in client.bodies)
     assert ans == "26" and (prefix["stage"], prefix["prefill_tokens"], prefix["n_images"]) == ("large_prefix", 32, 1)
     assert call["stage"] == "large_transfer" and call["cached_tokens"] == 32 and "cold_ms" in prefix
+
+
+def test_both_calls_of_an_escalation_carry_the_request_s_session_header(monkeypatch):
+    """A load balancer hashing on x-session-id (vllm-router consistent_hash) sends the escalation where the direct
+    call's prefix is cached: both calls of one request send the same key, another request another key."""
+    client = FakeClient(cached=32)
+    vlm, req, lp = _pipeline(client)
+    req.__dict__["_session"] = "req-r1-0123"
+    lp.answer(lp.direct_text, "large_direct")
+    lp.answer(lp.transfer_text("red=13."), "escalate")
+    assert client.headers == [{"x-session-id": "req-r1-0123"}] * 2
+    other = FakeClient(cached=32)
+    _, req2, lp2 = _pipeline(other)
+    req2.__dict__["_session"] = "req-r2-4567"
+    lp2.answer(lp2.direct_text, "large_direct")
+    assert other.headers == [{"x-session-id": "req-r2-4567"}]
+    monkeypatch.setenv("ROUTEDVLM_SESSION_HEADER", "x-user-session")
+    lp.answer(lp.direct_text, "large_direct")
+    assert client.headers[-1] == {"x-user-session": "req-r1-0123"}
+    monkeypatch.setenv("ROUTEDVLM_SESSION_HEADER", "")
+    lp.answer(lp.direct_text, "large_direct")
+    assert client.headers[-1] == {}
+
+
+def test_a_measured_sample_s_calls_share_its_namespace_as_the_session_key():
+    from routedvlm.inference.sides.openai import session_headers
+
+    client = FakeClient(cached=32)
+    vlm, req, lp = _pipeline(client)
+    assert session_headers(req) == {}  # a request that is neither routed nor measured sends none
+    req.__dict__["_measure"] = "routedvlm-sample"
+    lp.answer(lp.direct_text, "large_direct")
+    lp.transfer(lp.transfer_text("red=13."))
+    assert {h["x-session-id"] for h in client.headers} == {"routedvlm-sample"}
+
+
+def test_request_ids_name_their_replica_and_are_read_back():
+    from routedvlm.inference.request_ids import replica_of, request_id
+
+    a, b = request_id("serve-7f9c-x2"), request_id("serve-7f9c-x2")
+    assert a != b and a.startswith("req-serve-7f9c-x2-") and replica_of(a) == "serve-7f9c-x2"
+    assert replica_of(request_id()) is None and replica_of("req-unknown") is None

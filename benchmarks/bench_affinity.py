@@ -7,7 +7,7 @@ integrations/vllm-cpu/servers.py), and two vllm-router processes in front of the
 before: `cached_tokens` counts only this request's own reuse; the policies alternate, sample by sample), a RoutedVLM
 whose cascade router always escalates (`large_direct`, then `transfer_<K>` continuing the large model's cached
 image+question prefix) answers through each router. routedvlm sends the request id as `x-session-id` on both large
-calls (sides/openai.py). Printed per policy: the share of escalations whose call the engine reports reusing cached
+calls (sides/http/side.py). Printed per policy: the share of escalations whose call the engine reports reusing cached
 prompt tokens (`usage.prompt_tokens_details.cached_tokens` > 0), the mean cached tokens, and the escalation call's
 median latency; then the ratio.
 
@@ -97,7 +97,7 @@ def run(args) -> int:
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import CollaborativePipeline, RoutedVLM
-    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.inference.sides.http.side import OpenAIVLM
 
     def connect(name: str, model: str):  # round-robin escalations report no reuse: count them, do not raise
         return OpenAIVLM.connect(f"http://127.0.0.1:{PORTS[name]}/v1", model, require_prefix_cache=False)

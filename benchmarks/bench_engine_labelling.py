@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     from routedvlm.data.toyworld.make_labels import (MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair,
                                                      write_split)
     from routedvlm.inference import CollaborativePipeline
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     work = tempfile.mkdtemp(prefix="bench-engine-")
     dataset = write_split("label", args.samples, 5, work)

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS, TOY_K_GRID, checkpoint_pair
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import VLM, CollaborativePipeline
-    from routedvlm.inference.backends.remote import connect
+    from routedvlm.inference.sides import load_side as connect
 
     kw = dict(selector="prefix", k_grid=TOY_K_GRID, max_direct_tokens=MAX_DIRECT_TOKENS, max_reason_tokens=MAX_REASON_TOKENS)
     small, large = checkpoint_pair()

@@ -9,21 +9,21 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "VLM": "sides.local",
+    "VLM": "sides.local.side",
     "CollaborativePipeline": "pipeline",
     "PipelineConfig": "pipeline_parts",
     "Result": "pipeline_parts",
     "Handoff": "pipeline_parts",
     "MutualVerification": "mutual_verification",
     "SELECTORS": "selectors",
-    "Generation": "generation",
+    "Generation": "sides.local.generation",
     "build_tiny_vlm": "tiny",
     "build_tiny_pair": "tiny",
     "PromptConfig": "prompts",
     "PromptTemplate": "prompts",
     "RoutedVLM": "routed",
     "RoutedOutput": "policy_runner",
-    "OpenAIVLM": "sides.openai",
+    "OpenAIVLM": "sides.http.side",
     "ModelSide": "sides.base",
     "load_side": "sides",
 }

@@ -16,8 +16,7 @@ def answer_side(pipeline, result):
     from routedvlm.router.strategies import is_strategy, parse_strategy
 
     strat = parse_strategy(result.strategy) if is_strategy(result.strategy) else None
-    sides = getattr(pipeline, "sides", None) or {"small": pipeline.small, "large": pipeline.large}
-    side = sides.get(strat.model, pipeline.large) if strat is not None else pipeline.large
+    side = pipeline.sides.get(strat.model, pipeline.large) if strat is not None else pipeline.large
     if strat is not None and strat.mode == "reason":
         one_call = result.generation is result.reasoning_generation
         return side.reasoning_side(), "reason" if one_call else "direct"

@@ -19,7 +19,7 @@ from routedvlm.router.strategies import transfer_id
 from .pipeline_parts import Handoff, Result
 from .threads import parallel, shared_pool
 from .shared_run import SharedRun, _shared
-from .stages import finish_answer
+from .sides.local.stages import finish_answer
 
 
 def can_overlap(pipe) -> bool:

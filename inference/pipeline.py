@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 
 from routedvlm.errors import InputError, UnknownStrategyError
-from routedvlm.router.strategies import (DEFAULT_K_GRID, LARGE, LARGE_DIRECT, alias_rank, default_strategies,
+from routedvlm.router.strategies import (DEFAULT_K_GRID, LARGE_DIRECT, alias_rank,
                                          ladder_strategies, parse_k_grid, parse_strategy, transfer_id)
 
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import Handoff, PipelineConfig, Result, close_sides, ladder_sides, start_sides
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
-from .stages import finish_answer, record
+from .sides.local.stages import finish_answer, record
 from .streaming import answer_segment
 
 logger = logging.getLogger(__name__)
@@ -79,9 +79,7 @@ class CollaborativePipeline:
         return any(d != devices[0] for d in devices[1:])
 
     def default_strategies(self) -> list[str]:
-        """Every strategy id of this ladder for the pipeline's K grid (the pair's `default_strategies`)."""
-        if len(self.aliases) == 2:
-            return default_strategies(self.k_grid)
+        """Every strategy id of this ladder for the pipeline's K grid (for a pair, the pair's `default_strategies`)."""
         return ladder_strategies(self.aliases, self.k_grid)
 
     def side(self, alias: str):
@@ -156,12 +154,11 @@ class CollaborativePipeline:
         return Result(answer, f"{side}_{mode}", None, reasoning, [rec], gen, finish_reason=finish)
 
     def target_prompt(self, alias: str, req):
-        """The image+question prefix of model `alias` (`ModelSide.large_prompt`), kept for its direct answer, the
+        """The image+question prefix of model `alias` (`ModelSide.prefix`), kept for its direct answer, the
         transfers it answers and `escalate`."""
-        side = self.sides[alias]
-        return side.large_prompt(req, self.config) if alias == LARGE else _as(side, "large_prompt", alias)(req, self.config)
+        return self.sides[alias].prefix(alias, req, self.config)
 
-    def target_direct(self, req, lp, alias: str = LARGE) -> Result:
+    def target_direct(self, req, lp, alias: str) -> Result:
         """`<alias>_direct` answered from that model's prefix `lp` (`target_prompt`), kept for `escalate`."""
         sid = f"{alias}_direct"
         with answer_segment(self.sides[alias]):
@@ -169,7 +166,7 @@ class CollaborativePipeline:
         return Result(ans, sid, None, None, [dict(lp.prefix_record), rec], gen, handoff=Handoff(large_prompt=lp))
 
     def large_direct(self, req, lp) -> Result:
-        """`large_direct` answered from the large side's prefix `lp` (`ModelSide.large_prompt`), kept for `escalate`."""
+        """`large_direct` answered from the large side's prefix `lp` (`ModelSide.prefix`), kept for `escalate`."""
         return self.target_direct(req, lp, self.aliases[-1])
 
     def reason_budget(self, ks) -> int:
@@ -197,8 +194,7 @@ class CollaborativePipeline:
         with answer_segment(side):
             if lp is None:  # one-stage, cold: the answering model encodes image + question + kept tokens at once
                 question = side.prompts.transfer_question(req.question, kept)
-                args = (req, question, stage, self.config)
-                gen, ans, rec = side.answer_prompt(*args) if target == LARGE else _as(side, "answer_prompt", target)(*args)
+                gen, ans, rec = side.answer_cold(target, req, question, stage, self.config)
             else:
                 gen, ans, rec = lp.answer(lp.transfer_text(kept), stage)
         pre = [] if lp is None or base_trace else [dict(lp.prefix_record)]
@@ -272,22 +268,6 @@ class CollaborativePipeline:
         return run(self, make_request(image, question, messages)).run(strats)
 
 
-def _as(side, method: str, alias: str):
-    """`side.<method>` answering as model `alias` (its `side=` parameter); a clear error for a side written before
-    ladders, whose method takes none."""
-    import functools
-    import inspect
-
-    fn = getattr(side, method)
-    params = inspect.signature(fn).parameters
-    if "side" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        raise InputError(f"{side.name!r} cannot answer as {alias!r} on a ladder: its `{method}` takes no `side` "
-                         f"parameter. Add `side: str = \"large\"` to {type(side).__name__}.{method} (ModelSide's "
-                         "signature) and name its records' model by it, or use this side only as the cheapest or the "
-                         "most expensive model.")
-    return functools.partial(fn, side=alias)
-
-
 def _direct_alias(result) -> str | None:
     """The model alias of a `<m>_direct` Result, else None."""
     if not isinstance(result, Result) or not isinstance(result.strategy, str) or not result.strategy.endswith("_direct"):
@@ -300,7 +280,7 @@ def _direct_alias(result) -> str | None:
 
 
 class _NoRestore:
-    """A LargePrompt view that continues without restoring rope_deltas (stale-state negative control only)."""
+    """A CachedPrefix view that continues without restoring rope_deltas (stale-state negative control only)."""
 
     def __init__(self, lp):
         self._lp = lp

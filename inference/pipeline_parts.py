@@ -37,7 +37,7 @@ class PipelineConfig:
 @dataclass(frozen=True)
 class Handoff:
     """What a result hands to a later stage on the same sample (run-time objects, not part of the answer):
-    large_prompt: the large model's cached image+question prefix (a `stages.LargePrompt` or the remote counterpart),
+    large_prompt: the large model's cached image+question prefix (the model's `ModelSide.prefix`: a `PromptPrefix`),
     set on `large_direct` results, which `CollaborativePipeline.escalate` continues; reasoning_run: the small model's
     `stages.ReasoningRun`, set on `small_reason` and `transfer_<K>` results, whose reasoning `escalate` reuses."""
 
@@ -100,9 +100,8 @@ class Result:
 
 
 def pipeline_sides(pipeline) -> dict:
-    """alias -> side of a pipeline, cheapest first (`pipeline.sides`; a pipeline without it is the pair)."""
-    sides = getattr(pipeline, "sides", None)
-    return dict(sides) if sides else {"small": pipeline.small, "large": pipeline.large}
+    """alias -> side of a pipeline, cheapest first (`pipeline.sides`)."""
+    return dict(pipeline.sides)
 
 
 def ladder_sides(small=None, large=None, sides=None) -> dict:

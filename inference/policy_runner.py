@@ -187,8 +187,7 @@ class PolicyRunner:
         strat = parse_strategy(strategy)
         paid = ran.get(f"{strat.model}_direct")
         if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
-            pair = (strat.source, strat.model) == ("small", "large")
-            return self.pipeline.escalate(paid, strat.keep_tokens, **({} if pair else {"source": strat.source}))
+            return self.pipeline.escalate(paid, strat.keep_tokens, source=strat.source)
         return self.pipeline.run_strategy(req, strat)
 
 

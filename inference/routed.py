@@ -217,7 +217,7 @@ class RoutedVLM:
         """A validated Request whose question went through the router's prompt template."""
         req = make_request(image, question, messages)
         req.user_question = req.question  # what an audit log stores (relabelling applies the template again)
-        req.__dict__["_session"] = new_request_id(self.replica_id)  # every call of this request sends it (sides/openai.py)
+        req.__dict__["_session"] = new_request_id(self.replica_id)  # every call of this request sends it (sides/http/side.py)
         req.question = self.prompt_template.apply(req.question)
         return req
 
@@ -301,8 +301,6 @@ def _pipeline(sides, **kwargs):
     """A CollaborativePipeline of 2 sides (the pair) or more (a ladder)."""
     from .pipeline import CollaborativePipeline
 
-    if len(sides) == 2:
-        return CollaborativePipeline(*sides, **kwargs)
     return CollaborativePipeline(sides=sides, **kwargs)
 
 

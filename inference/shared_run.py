@@ -9,15 +9,15 @@ one checkpoint serves both modes and the model reasons for no transfer) continue
 transfer branches off the previous prompt where their token ids agree. A side without an in-process prompt cache
 (`ModelSide.prompt_cache` None: an HTTP side) runs each stage on its own, sharing only the reasoning and the prefix;
 `ModelSide.start_sample` lets it isolate its measurements (the OpenAI side: a vLLM `cache_salt` per sample,
-`backends/remote_prompt.py`).
+`sides/http/remote_prompt.py`).
 """
 from __future__ import annotations
 
 from routedvlm.router.strategies import alias_rank, transfer_id
 
 from .pipeline_parts import Handoff, Result, parallel_sides
-from .prompt_cache import PromptCache
-from .stages import direct_inputs, finish_answer, reason_text
+from .sides.local.prompt_cache import PromptCache
+from .sides.local.stages import direct_inputs, finish_answer, reason_text
 
 
 def _k_order(k):

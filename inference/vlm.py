@@ -5,6 +5,6 @@
 from __future__ import annotations
 
 from .sides.base import THINK_CLOSE, THINK_OPEN
-from .sides.local import VLM, resolve_device, set_threads, torch_dtype
+from .sides.local.side import VLM, resolve_device, set_threads, torch_dtype
 
 __all__ = ["THINK_CLOSE", "THINK_OPEN", "VLM", "resolve_device", "set_threads", "torch_dtype"]

@@ -2,7 +2,7 @@
 
 MLflow executes this file to build the model, so it uses absolute imports only. The model carries everything it
 needs to be rebuilt from the registry alone: the router folder (artifact `router`), routedvlm's own code
-(`code/routedvlm`: the router package, plus the inference package for a lora-probe router) and exact pins of
+(`code/routedvlm`: the router package, plus the packages its router type's `code` names) and exact pins of
 public packages only, so `mlflow models serve --env-manager virtualenv` (or `uv`) installs it anywhere. A signature
 names the inputs (the policy's feature columns; a probe also reads `question` and `image`) and the outputs:
 `strategy` (str), `keep_tokens` (int, null unless a `transfer_<K>`) and `p_correct` (strategy -> probability).
@@ -19,8 +19,9 @@ import mlflow
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+from routedvlm.router.router_types import type_facts
+
 ROUTER_ARTIFACT = "router"
-PROBE_INPUTS = ("question", "image")
 
 
 def as_frame(model_input) -> pd.DataFrame:
@@ -54,14 +55,13 @@ class RouterPyfunc(PythonModel):
 
 
 def router_signature(policy: dict):
-    """Inputs: the feature columns (double; a lora-probe also `question` and `image`, a file path, as strings);
+    """Inputs: the feature columns (double), and the router type's `inputs` (strings; a probe's `question` and `image`, a file path);
     outputs: strategy, keep_tokens, p_correct."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import ColSpec, DataType, Map, Schema
 
     inputs = [ColSpec(DataType.double, name) for name in policy.get("features") or []]
-    if policy.get("router_type") == "lora-probe":
-        inputs += [ColSpec(DataType.string, name) for name in PROBE_INPUTS]
+    inputs += [ColSpec(DataType.string, name) for name in type_facts(policy.get("router_type")).inputs]
     outputs = [ColSpec(DataType.string, "strategy"), ColSpec(DataType.long, "keep_tokens", required=False),
                ColSpec(Map(DataType.double), "p_correct")]
     return ModelSignature(inputs=Schema(inputs) if inputs else None, outputs=Schema(outputs))
@@ -70,23 +70,20 @@ def router_signature(policy: dict):
 def input_example(policy: dict) -> pd.DataFrame | None:
     """One row of zeros for the signature's feature columns (none for a probe, which needs a real image)."""
     features = policy.get("features") or []
-    if policy.get("router_type") == "lora-probe" or not features:
+    if type_facts(policy.get("router_type")).inputs or not features:
         return None
     return pd.DataFrame([{name: 0.0 for name in features}])
 
 
-PROBE_REQUIREMENTS = ("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers")
-
-
 def default_pip_requirements(router_type: str | None = None) -> list[str]:
     """Exact pins of the public packages loading a router needs (and no routedvlm pin: its code travels with the
-    model); passing these also skips MLflow's slow requirement inference. A lora-probe router also needs torch,
-    transformers, peft, safetensors, pillow and tokenizers (GPU users may override torch's build)."""
+    model); passing these also skips MLflow's slow requirement inference. A router type's `requirements` are added (a
+    probe's torch, transformers, peft, ...; GPU users may override torch's build)."""
     from importlib.metadata import PackageNotFoundError, version
 
     reqs = []
     names = ("mlflow-skinny", "lightgbm", "pandas", "numpy")
-    for name in names + (PROBE_REQUIREMENTS if router_type == "lora-probe" else ()):
+    for name in names + type_facts(router_type).requirements:
         try:
             reqs.append(f"{name}=={version(name)}")
         except PackageNotFoundError:
@@ -96,14 +93,14 @@ def default_pip_requirements(router_type: str | None = None) -> list[str]:
 
 def code_folder(router_type: str | None, dst: Path) -> Path:
     """`dst/routedvlm`: a copy of the installed routedvlm.errors and routedvlm.router packages (and
-    routedvlm.inference for a lora-probe router), which MLflow logs as the model's code and puts first on sys.path
+    the packages its router type's `code` names), which MLflow logs as the model's code and puts first on sys.path
     when it loads the model."""
     import importlib
 
     root = Path(dst) / "routedvlm"
     root.mkdir(parents=True)
     (root / "__init__.py").write_text('"""routedvlm code logged with a router model (see router/mlflow_model.py)."""\n')
-    packages = ["errors", "router"] + (["inference"] if router_type == "lora-probe" else [])
+    packages = ["errors", "router", *type_facts(router_type).code]
     for name in packages:
         src = Path(importlib.import_module(f"routedvlm.{name}").__file__).parent
         shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

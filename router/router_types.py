@@ -18,12 +18,22 @@ from routedvlm.errors import RouterLoadError, one_of
 @dataclass(frozen=True)
 class RouterType:
     """One router type. `runtime`: its Router subclass; `trainer`: `train(config, labels, metadata) -> TrainResult`
-    in routedvlm.training, None for a rule with nothing to learn; `files`: the model files of its artifact."""
+    in routedvlm.training, None for a rule with nothing to learn; `files`: the model files of its artifact. Its facts,
+    which nothing outside the registry spells by type name: `requirements` (pip packages a served model needs beyond
+    the LightGBM path's), `inputs` (runtime input columns beyond the feature columns, strings), `code` (routedvlm
+    packages its logged code needs beyond errors and router), `calibration_data` (takes fresh calibration rows,
+    `--calibration-data`), `modes` (the training modes it supports, None: all) with `modes_why`."""
 
     name: str
     runtime: str
     trainer: str | None
     files: str
+    requirements: tuple = ()
+    inputs: tuple = ()
+    code: tuple = ()
+    calibration_data: bool = False
+    modes: tuple | None = None
+    modes_why: str = ""
 
     def router_class(self):
         """The Router subclass (imported now); RouterLoadError when its dependencies are missing."""
@@ -32,11 +42,15 @@ class RouterType:
 
 ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
     RouterType("lightgbm", "routedvlm.router.lightgbm:LightGBMRouter",
-               "routedvlm.training.pipeline:train_lightgbm", "model_<strategy>.txt (LightGBM text models)"),
+               "routedvlm.training.pipeline:train_lightgbm", "model_<strategy>.txt (LightGBM text models)",
+               calibration_data=True),
     RouterType("lora-probe", "routedvlm.router.lora_probe:LoRAProbeRouter",
-               "routedvlm.training.probe.lora_probe:train_probe", "adapter/ (peft LoRA), head.safetensors"),
+               "routedvlm.training.probe.lora_probe:train_probe", "adapter/ (peft LoRA), head.safetensors",
+               requirements=("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers"),
+               inputs=("question", "image"), code=("inference",)),
     RouterType("self-probe", "routedvlm.router.self_probe:SelfProbeRouter",
-               "routedvlm.training.probe.self_probe:train_self_probe", "head.safetensors"),
+               "routedvlm.training.probe.self_probe:train_self_probe", "head.safetensors", modes=("cascade",),
+               modes_why="the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first"),
     RouterType("knn", "routedvlm.router.knn:KNNRouter", "routedvlm.training.knn:train_knn", "bank.safetensors"),
     RouterType("mutual-verification", "routedvlm.router.baselines:MutualVerificationRouter", None, "none"),
     RouterType("fixed", "routedvlm.router.baselines:FixedRouter", None, "none"),
@@ -49,6 +63,12 @@ def router_type(name: str) -> RouterType:
     if name not in ROUTER_TYPES:
         raise RouterLoadError(f"Unknown router_type {name!r}; valid types are {one_of(ROUTER_TYPES)}.")
     return ROUTER_TYPES[name]
+
+
+def type_facts(name) -> RouterType:
+    """The registered type `name`'s entry, or an entry declaring no facts for a name that is not registered (a
+    policy of an unknown type is refused where it is loaded, not here)."""
+    return ROUTER_TYPES.get(name) or RouterType(str(name), "", None, "")
 
 
 def router_class(name: str):

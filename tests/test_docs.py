@@ -100,7 +100,7 @@ def test_every_nav_page_exists_and_every_page_is_in_the_nav():
 
 
 def test_cli_reference_is_generated_from_every_commands_parser():
-    from routedvlm.training.cli import COMMANDS
+    from routedvlm.cli import COMMANDS
 
     page = DOCS_GEN.cli_markdown()
     for name in COMMANDS:

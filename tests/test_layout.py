@@ -38,6 +38,8 @@ EXCEPTIONS = {
     # `routedvlm serve --audit-log` opens the audit log, which reuses the labeller's parts and lock code (data):
     # the serve CLI wires it into RoutedVLM as a plain callable, lazily; the rest of inference never sees data.
     "inference/serving/cli.py": {"data"},
+    # the old path of the `routedvlm` command, for console scripts installed before it moved to the face (routedvlm.cli)
+    "training/cli.py": {"cli"},
 }
 
 

@@ -1,7 +1,7 @@
 """mkdocs hooks: the CLI reference from the argparse parsers and the API reference from the packages' public names.
 
 Both are generated at build time (`mkdocs build`, `make test`), so a moved module or a new flag never leaves the
-site stale: the commands come from `routedvlm.training.cli.COMMANDS`, each one's parser is captured from its own
+site stale: the commands come from `routedvlm.cli.COMMANDS`, each one's parser is captured from its own
 `main(argv)`, and each public name is documented where its package exports it, whatever module defines it.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _subparsers(parser: argparse.ArgumentParser):
 
 
 def cli_markdown() -> str:
-    from routedvlm.training import cli
+    from routedvlm import cli
 
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "110"

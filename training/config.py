@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from routedvlm.errors import ConfigError, one_of
-from routedvlm.router.router_types import TRAINABLE
+from routedvlm.router.router_types import TRAINABLE, type_facts
 from routedvlm.router.strategies import parse_strategy
 
 MODES = ("cascade", "one-shot")
@@ -154,11 +154,11 @@ class TrainConfig:
             problems.append(f"`hidden_layers` must be comma-separated integers; got {self.hidden_layers!r}")
         if self.hidden_position not in HIDDEN_POSITIONS:
             problems.append(f"`hidden_position` must be {one_of(HIDDEN_POSITIONS)}; got {self.hidden_position!r}")
-        if self.router == "self-probe" and self.mode == "auto":
-            self.mode = "cascade"
-        if self.router == "self-probe" and self.mode != "cascade":
-            problems.append("the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first; "
-                            f"got {self.mode!r}")
+        facts = type_facts(self.router)
+        if facts.modes is not None and self.mode == "auto":
+            self.mode = facts.modes[0]
+        if facts.modes is not None and self.mode not in facts.modes:
+            problems.append(f"{facts.modes_why}; got {self.mode!r}")
         bad_chains = [c for c in self.chains or () if c not in CHAIN_NAMES]
         if bad_chains:
             problems.append(f"`chains` must name some of {one_of(CHAIN_NAMES)}; got {bad_chains}")

@@ -12,6 +12,7 @@ import logging
 import pandas as pd
 
 from routedvlm.errors import ConfigError, TrainingError, one_of
+from routedvlm.router.router_types import ROUTER_TYPES, type_facts
 
 from .config import TrainConfig
 from .labels_io import content_hash, load_labels
@@ -43,8 +44,9 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
     """Train the router type `config.router` (lightgbm, lora-probe, self-probe) on `labels` (default: read
     `config.data`); see the module docstring. Raises RoutedVLMError subclasses."""
     train = trainer_for(config.router)
-    if config.calibration_data and config.router != "lightgbm":
-        raise ConfigError(f"`--calibration-data` (fresh calibration rows) works with the lightgbm router; the "
+    if config.calibration_data and not type_facts(config.router).calibration_data:
+        takes = " or ".join(n for n, t in ROUTER_TYPES.items() if t.calibration_data)
+        raise ConfigError(f"`--calibration-data` (fresh calibration rows) works with the {takes} router; the "
                           f"{config.router} router reads images or hidden states the rows do not carry. Got "
                           f"--router {config.router}.")
     if labels is None:

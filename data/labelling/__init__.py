@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-_LAZY = {"run_labelling": "job", "LabelConfig": "config", "LabelSummary": "per_sample"}
+_LAZY = {"run_labelling": "job", "LabelConfig": "config", "LabelSummary": "job"}
 __all__ = sorted(_LAZY)
 
 

@@ -93,7 +93,9 @@ def estimate_run(cfg) -> str:
     """Label the first selected sample once (nothing is stored) and scale its wall time (and, with --cost, its model
     time priced by the profile) to the run."""
     from .config import every_side
-    from .per_sample import _image, load_pipeline, open_source, stage_cost
+    from .models import load_pipeline, stage_cost
+    from .per_sample import _image
+    from .sources import open_source
 
     _, keyed, load = open_source(cfg)
     mine = [(p, sid) for p, sid in keyed if p % cfg.shard_count == cfg.shard_index]

@@ -9,15 +9,39 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from routedvlm.errors import ConfigError, SideUnavailableError
 from ..labels.schema import ERROR_COLUMN, read_labels, write_labels
 from .config import LabelConfig, every_side
+from .metadata import build_metadata
+from .models import load_pipeline, stage_cost
 from .parts import PartStore, is_outage
-from .per_sample import LabelSummary, build_metadata, load_pipeline, open_source, stage_cost
+from .sources import open_source
 from .table import build_table, scorers_of
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LabelSummary:
+    """What a labelling run did."""
+
+    out: str
+    samples: int = 0
+    labelled_now: int = 0
+    errors: int = 0
+    error_examples: list = field(default_factory=list)
+    seconds: float = 0.0
+    label_seconds: float = 0.0
+    outages: int = 0  # rows an earlier run stored for a side's outage, labelled again in this run
+
+    def line(self) -> str:
+        rate = self.labelled_now / self.label_seconds if self.label_seconds > 0 else 0.0
+        text = (f"wrote {self.samples} samples to {self.out} ({self.labelled_now} labelled in this run, "
+                f"{rate:.2f} samples/s); {self.outages} stored side outage(s) labelled again; {self.errors} failed "
+                "(the sample's own failure)")
+        return text + (f": {'; '.join(self.error_examples)}" if self.error_examples else "")
 
 
 def _finish(cfg: LabelConfig, store: PartStore, metadata: dict, wanted_ids: set, labelled: int, t0: float,
@@ -191,7 +215,7 @@ def _run_locked(cfg: LabelConfig, store: PartStore, settings: dict, t0: float, p
 def run_labelling(cfg: LabelConfig, *, pipe=None) -> LabelSummary:
     """Run (or with `cfg.resume`, finish) a labelling job and write `cfg.out`; see the module docstring.
     One run per output at a time (a lock in the parts folder); a second one refuses while the first is alive.
-    pipe: a `CollaborativePipeline` already holding cfg's sides (`per_sample.load_pipeline(cfg)`), reused instead of
+    pipe: a `CollaborativePipeline` already holding cfg's sides (`models.load_pipeline(cfg)`), reused instead of
     loading them again (a benchmark or a test with in-process engines); not with --ray."""
     t0, store, settings = time.time(), PartStore(cfg.out), cfg.settings()
     store.check_start(cfg.resume)

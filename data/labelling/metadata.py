@@ -14,6 +14,10 @@ from pathlib import Path
 from routedvlm.router.checkpoints import config_hash, portable_path, weights_hash
 
 log = logging.getLogger(__name__)
+EXECUTION_MODE = "one-stage+two-stage"
+REMOTE_MEASUREMENT = ("per-sample cache_salt namespaces: standalone calls cold; two-stage calls reuse only the "
+                      "large_direct prefix (server-reported cached tokens); one-stage transfers measured cold too "
+                      "unless a cost model prices them (inference/sides/http/remote_prompt.py)")
 LIBRARIES = ("routedvlm", "torch", "transformers", "tokenizers", "datasets", "numpy", "pandas", "pyarrow", "pillow")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -104,4 +108,32 @@ def library_versions() -> dict:
     return out
 
 
+def build_metadata(cfg, pipe, device: str, source, cost_meta: dict) -> dict:
+    """The run's part of the `routedvlm` metadata (counts, scorers and the content hash are added at the end)."""
+    from dataclasses import asdict
 
+    from routedvlm.router.provenance import now_iso
+
+    from ..adapters import get_adapter
+    from .models import meaning_of, state_of
+
+    models = {alias: side_info(side) for alias, side in pipe.sides.items()}
+    remote = [alias for alias in models if "server" in models[alias]]  # sides measured over HTTP
+    ladder = {"ladder": list(pipe.aliases)} if len(pipe.aliases) > 2 else {}
+    extra = {"remote_measurement": REMOTE_MEASUREMENT, "remote_sides": remote} if remote else {}
+    return {
+        **extra, **ladder, "models": models, "selector": cfg.selector, "k_grid": list(cfg.k_grid), "strategies": list(cfg.strategies),
+        "candidates": list(cfg.strategies), "prompts": pipe.large.prompts.to_dict(), "generation": asdict(pipe.config),
+        "prompt_template": get_adapter(source.adapter).template(cfg.prompt_template).to_dict(),
+        "threshold": cfg.threshold, "execution_mode": EXECUTION_MODE, **cost_meta, **scale_info(cfg),
+        "torch_threads": _torch_threads(),
+        "libraries": library_versions(), "created_at": now_iso(), "sample_source": source.to_dict(), "shard": cfg.shard,
+        "run_settings": cfg.settings(), **({"encoder": meaning_of(cfg).spec()} if cfg.encoder else {}),
+        **({"state": state_of(cfg).spec()} if cfg.state_dims else {}),
+    }
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

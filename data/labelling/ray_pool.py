@@ -42,7 +42,8 @@ class LabelWorker:
 
     def __init__(self, cfg_fields: dict):
         from .config import LabelConfig
-        from .per_sample import load_pipeline, open_source, stage_cost
+        from .models import load_pipeline, stage_cost
+        from .sources import open_source
 
         self.cfg = LabelConfig(**cfg_fields)
         self.cfg.ray = False  # inside a worker the run is a plain one
@@ -63,7 +64,7 @@ class LabelWorker:
 
     def metadata(self, cost_meta: dict, run_cfg_fields: dict) -> dict:
         from .config import LabelConfig
-        from .per_sample import build_metadata
+        from .metadata import build_metadata
 
         return build_metadata(LabelConfig(**run_cfg_fields), self.pipe, self.device, self.source, cost_meta)
 

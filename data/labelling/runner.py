@@ -6,7 +6,7 @@ Within a sample the strategies share work exactly as in a serial run (`run_many`
 at a time (a lock around `run_many`: transformers' generate does not batch and the models hold per-call state),
 so with local sides concurrency only overlaps data loading and scoring; servers take N requests at once, and so do
 in-process engines ('vllm:<folder>'): every stage call of the N samples in flight goes to the engine's driver thread,
-which adds it to the running batch (continuous batching, `inference/backends/vllm_driver.py`), so each stage of the
+which adds it to the running batch (continuous batching, `inference/sides/vllm/driver.py`), so each stage of the
 strategy grid runs for many samples at once. `label_unit` labels one list of samples and returns its rows (a Ray
 actor's unit). `latency_source` says what `latency_ms__` means for a run (DESIGN.md: standalone, or batched times).
 """
@@ -25,8 +25,7 @@ WALL_CLOCK, BATCHED, COST_MODEL = "wall-clock", "batched-wall-clock", "cost-mode
 
 def has_stateful_side(pipe) -> bool:
     """Whether a side holds per-call state (`ModelSide.stateful`, e.g. a local model): then samples take turns."""
-    sides = getattr(pipe, "sides", None) or {"small": pipe.small, "large": pipe.large}
-    return any(side.stateful for side in sides.values())
+    return any(side.stateful for side in pipe.sides.values())
 
 
 def latency_source(cfg, remote: bool) -> str:

@@ -3,7 +3,7 @@ last prompt token of its `small_direct` pass (it has read the image and the ques
 reduced to `dims` values by a seeded Gaussian random projection.
 
 Stage: `small_direct` — free whenever that stage runs (the state is read by forward hooks during the call it makes
-anyway, `inference/hidden.py`), so a policy that uses the columns pays `small_direct` on every request, like any other
+anyway, `inference/sides/local/hidden.py`), so a policy that uses the columns pays `small_direct` on every request, like any other
 `feat__small_direct__...` feature. Default layer: the last decoder layer (-1), the state the model's own first answer
 token is read from (it is what the small model "concluded" from image + question; the toy small model has 2 layers).
 `StateFeatures.spec()` (model, weights hash, layer, position, projection seed, dims) goes into the labels' metadata
@@ -51,7 +51,7 @@ class StateFeatures:
                  dims: int = DEFAULT_DIMS, seed: int = 0, weights_sha256: str | None = None):
         import numpy as np
 
-        from ..hidden import normalize_layers
+        from ..sides.local.hidden import normalize_layers
 
         if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
             raise ConfigError(f"The `state_dims` parameter must be a positive integer. Got {dims!r} instead.")

@@ -23,16 +23,16 @@ def measure_escalation(vlm, image, *, keep_tokens: int = 32, answer_tokens: int 
     `same_tokens` compares the two answers (exact in float32; in bf16 the two prefill orders can round differently,
     so `first_logits_max_rel_diff` says how far the first answer logits are apart; `gpu_check.check_escalation`).
     """
-    from ..generation import timed_generate
+    from ..sides.local.generation import timed_generate
     from ..inputs import make_request
     from ..pipeline_parts import PipelineConfig
     from .env import sync
-    from ..stages import LargePrompt
+    from ..sides.local.stages import CachedPrefix
 
     device = str(vlm.device)
     cfg = PipelineConfig(max_direct_tokens=answer_tokens, min_new_tokens=answer_tokens)
     req = make_request(image, QUESTION)
-    lp = LargePrompt(vlm, req, cfg)  # stage one's prefix prefill (image + question), cached once
+    lp = CachedPrefix(vlm, req, cfg, "large")  # stage one's prefix prefill (image + question), cached once
     text = lp.transfer_text(_kept_text(keep_tokens))
     reuse_ms, cold_ms, reuse, cold = [], [], None, None
     for _ in range(repeats + 1):  # the first round is a warm-up

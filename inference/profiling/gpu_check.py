@@ -161,7 +161,7 @@ def _profile_shape(vlm, settings, budget: Budget, show_progress: bool) -> dict:
     """The profile.json entry of one built shape (`profiler.model_entry`), log-softmax-free, with its resources."""
     from tqdm.auto import tqdm
 
-    from ..generation import lean
+    from ..sides.local.generation import lean
     from .env import resources
     from .profiler import model_entry
 
@@ -183,7 +183,7 @@ def _profile_shape(vlm, settings, budget: Budget, show_progress: bool) -> dict:
 
 
 def _escalation(vlm, settings, params: dict) -> tuple[dict, dict]:
-    from ..generation import lean
+    from ..sides.local.generation import lean
     from .escalation import measure_escalation
     from .profiler import random_image
 

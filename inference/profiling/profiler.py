@@ -34,7 +34,7 @@ def _image_token_id(model):
 
 def _one_call(vlm, image, question: str, n_out: int, device: str) -> dict:
     """Preprocess + timed generation of exactly `n_out` tokens; returns the measured times and token counts."""
-    from ..generation import now, timed_generate
+    from ..sides.local.generation import now, timed_generate
 
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
     t0 = now()
@@ -65,7 +65,7 @@ def _record(meas: dict, call: dict, size: int, prompt: int, rep: int, output_gri
 
 def measure_model(vlm, settings: ProfileSettings, progress=None) -> dict:
     """Raw measurements of one loaded `VLM` over the settings' grid (see the module docstring), timed by its clock."""
-    from ..generation import clock
+    from ..sides.local.generation import clock
 
     with clock(CLOCKS[settings.clock]):
         return _measure(vlm, settings, progress)

@@ -17,8 +17,8 @@ _FILLER = "Look at the chart and tell me which bar is the tallest, how tall it i
 
 
 def parse_remote(spec: str) -> tuple[str, str]:
-    """'<base_url>#<model id>' -> (base_url, model id) (`backends.remote.parse_remote`)."""
-    from ..backends.remote import parse_remote as parse
+    """'<base_url>#<model id>' -> (base_url, model id) (`sides.http.remote.parse_remote`)."""
+    from ..sides.http.remote import parse_remote as parse
 
     url, model = parse(spec)
     return url.rstrip("/"), model
@@ -98,7 +98,7 @@ def measure_remote(spec: str, settings, progress=None, *, api_key: str | None = 
 
     from .inputs import random_image
 
-    from ..backends.remote import API_KEY_ENV
+    from ..sides.http.remote import API_KEY_ENV
 
     base_url, model = parse_remote(spec)
     api_key = api_key or os.environ.get(API_KEY_ENV)

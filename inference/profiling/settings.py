@@ -45,7 +45,7 @@ class ProfileSettings:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats <= 0:
             raise ConfigError(f"The `repeats` setting must be a positive integer. Got {self.repeats!r} instead.")
         if self.device == "auto":
-            from ..sides.local import resolve_device
+            from ..sides.local.side import resolve_device
 
             self.device = resolve_device(self.device)
         if self.clock not in CLOCKS:

@@ -94,7 +94,7 @@ def meta_model(config: dict, dtype, tokenizer):
     from accelerate import init_empty_weights
     from transformers import AutoModelForImageTextToText
 
-    from ..sides.local import torch_dtype as _dtype
+    from ..sides.local.side import torch_dtype as _dtype
 
     hf_config = _hf_config(config, tokenizer)
     with init_empty_weights(include_buffers=False):
@@ -173,7 +173,7 @@ def shape_processor(model_type: str, tokenizer, template: str):
     """The PIL image processor + processor (no video processor) a shape of `model_type` is fed with."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from ..processors import PROCESSOR_BY_MODEL_TYPE, without_video
+    from ..sides.local.processors import PROCESSOR_BY_MODEL_TYPE, without_video
 
     image_processor = Qwen2VLImageProcessorPil(**_IMAGE_PROCESSOR[model_type])
     cls = without_video(PROCESSOR_BY_MODEL_TYPE[model_type])
@@ -203,7 +203,7 @@ def shape_vlm(spec, device: str = "cpu", dtype=None, *, seed: int = 0, settings=
     from ..chat_templates import QWEN_HYBRID_THINKING_TEMPLATE
     from .shape_memory import check_fits, estimate_memory
     from ..tiny import build_tokenizer
-    from ..sides.local import VLM, torch_dtype as _dtype
+    from ..sides.local.side import VLM, torch_dtype as _dtype
 
     name, config, source = resolve_shape(spec)
     dtype = _dtype(dtype or config_dtype(config))

@@ -18,7 +18,7 @@ __all__ = ["THINK_CLOSE", "THINK_OPEN", "ModelSide", "load_side", "load_sides"]
 def load_side(spec, *, reasoner=None, **local_kwargs) -> ModelSide:
     """A side from a `ModelSide` (returned as is), '<base_url>#<model id>' (an OpenAI-compatible server, API key
     from $ROUTEDVLM_BACKEND_API_KEY; `reasoner` another such spec or a model id on the same server), 'vllm:<folder>'
-    (an in-process vLLM engine, `sides/vllm_engine.py`; `reasoner` another such spec; `device`/`dtype` are the
+    (an in-process vLLM engine, `sides/vllm/side.py`; `reasoner` another such spec; `device`/`dtype` are the
     engine's: $ROUTEDVLM_VLLM_ENGINE_ARGS), or a checkpoint folder / hub id (`VLM.from_pretrained(spec,
     reasoner=reasoner, **local_kwargs)`: `device`, `dtype`, ...)."""
     if not isinstance(spec, (str, os.PathLike)):

@@ -1,7 +1,7 @@
 """`ModelSide`: what the pipeline, the labeller, the profiler, `RoutedVLM` and `serve` ask of one model side.
 
-A side is one model (small or large) in its direct and reasoning modes. `sides/local.py` (`VLM`, transformers
-checkpoints in this process) and `sides/openai.py` (`OpenAIVLM`, an OpenAI-compatible server) implement it;
+A side is one model (small or large) in its direct and reasoning modes. `sides/local/side.py` (`VLM`, transformers
+checkpoints in this process) and `sides/http/side.py` (`OpenAIVLM`, an OpenAI-compatible server) implement it;
 nothing outside the implementations asks which kind a side is: callers use the methods and capability flags
 below. Stage methods return the pipeline's types (`generation.Generation`, `stages.ReasoningRun`, trace records).
 """
@@ -23,6 +23,26 @@ def continue_partial(text: str, partial: str | None) -> str:
         stripped = text.rstrip()
         text = stripped[: -len(THINK_OPEN)] if stripped.endswith(THINK_OPEN) else text
     return text + partial
+
+
+class PromptPrefix(abc.ABC):
+    """What `ModelSide.prefix` returns: one model's image+question prefix of one request, kept for continuations.
+    Attributes: `request`, `direct_text` (the question as the direct answer sends it), `prefix_record` (the trace
+    record of the prefix), `side` (the alias it answers as)."""
+
+    @abc.abstractmethod
+    def answer(self, text: str, stage: str):
+        """A direct answer continuing the prefix with `text` (the question, or a transfer question): (gen, answer,
+        record of `stage`)."""
+
+    @abc.abstractmethod
+    def transfer_text(self, reasoning: str) -> str:
+        """The transfer question carrying kept `reasoning` tokens."""
+
+    def attention_scores(self, reasoning: str):
+        """(token ids, attention score per token, record) of `reasoning` read by this model (the attention
+        selector); unavailable where the side returns no attention weights."""
+        raise ModeUnavailableError("This side returns no attention weights; use the prefix or suffix selector.")
 
 
 class ModelSide(abc.ABC):
@@ -47,7 +67,7 @@ class ModelSide(abc.ABC):
     measure_cold: bool = True
     #: latencies are priced from token counts (the labeller's --cost): send no request that exists only to measure
     #: (no cold repeats, and no seed of a two-stage measurement's cache namespace where the side can count from token
-    #: ids what an escalation reuses: `backends/engine_prompt.py`).
+    #: ids what an escalation reuses: `sides/vllm/engine_prompt.py`).
     priced: bool = False
 
     # ----- lifecycle ----------------------------------------------------------------------------------------------
@@ -125,18 +145,15 @@ class ModelSide(abc.ABC):
         """Close a reasoning run (of this side) that stopped inside its reasoning and decode its answer."""
 
     @abc.abstractmethod
-    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large"):
-        """A cold direct answer to `question` about the request's image (a one-stage transfer): (gen, answer, record).
-        `side`: the answering model's alias (the record's `model`; the pipeline passes it only on a ladder, for a
-        model other than "large")."""
+    def answer_cold(self, alias: str, request, question: str, stage: str, cfg):
+        """A cold direct answer of the model named `alias` (the record's `model`) to `question` about the request's
+        image (a one-stage transfer): (gen, answer, record)."""
 
     @abc.abstractmethod
-    def large_prompt(self, request, cfg, side: str = "large"):
-        """The request's image+question prefix, kept for continuations (two-stage decoding, `escalate`): an object
-        with `direct_text`, `prefix_record`, `request`, `transfer_text(reasoning)`, `answer(text, stage)` and
-        `attention_scores(reasoning)`; `transfer(text)` when the side has no `prompt_cache`. `side`: the alias this
-        model answers as (records `<side>_prefix`, `<side>_transfer`; passed only on a ladder, for a model other than
-        "large")."""
+    def prefix(self, alias: str, request, cfg):
+        """The request's image+question prefix of the model named `alias`, kept for its direct answer and the
+        continuations (two-stage decoding, `escalate`): a `PromptPrefix` (records `<alias>_prefix`,
+        `<alias>_direct`, `<alias>_transfer`)."""
 
     @abc.abstractmethod
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from routedvlm.errors import ConfigError
 
-from ..backends.remote import URL_PREFIXES, parse_remote
+from .http.remote import URL_PREFIXES, parse_remote
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,10 @@ class SideKind:
 
 
 KINDS = (
-    SideKind("http", "a model on an OpenAI-compatible server ('<base_url>#<model id>')", ".openai:load",
+    SideKind("http", "a model on an OpenAI-compatible server ('<base_url>#<model id>')", ".http:load",
              prefix=URL_PREFIXES, stateful=False, batching=True, remote=True, runtime="openai-http",
              described_by=(("device", "remote"),)),
-    SideKind("vllm", "an in-process vLLM engine ('vllm:<checkpoint folder>')", ".vllm_engine:load", prefix=("vllm:",),
+    SideKind("vllm", "an in-process vLLM engine ('vllm:<checkpoint folder>')", ".vllm:load", prefix=("vllm:",),
              strip_prefix=True, stateful=False, batching=True, hidden_states=True, prices_from_token_ids=True,
              requires=("vllm",),             install="`make vllm-env`, then run with .venv-vllm/bin/python (or `pip install vllm`)",
              runtime="vllm-engine", described_by=(("engine", "vllm"),)),

@@ -30,7 +30,7 @@ def main() -> int:
              and not any(f"requires {name}," in line for name in LEFT_OUT)
              and not (line.startswith("routedvlm ") and any(f"requires {n}," in line for n in ROUTEDVLM_LEFT_OUT))]
     try:
-        import routedvlm.inference.sides.vllm_engine  # noqa: F401 - the in-process engine side imports here
+        import routedvlm.inference.sides.vllm.side  # noqa: F401 - the in-process engine side imports here
     except Exception as exc:  # noqa: BLE001
         problems.append(f"routedvlm's engine side does not import: {type(exc).__name__}: {exc}")
     try:

@@ -55,13 +55,13 @@ def label(*argv) -> int:
 
 def label_cli(*argv) -> int:
     """The `routedvlm` entry point (errors become `error: ...` on stderr and exit 2)."""
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     return main(["label", *argv])
 
 
 def start_label_process(world, out, *extra) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "label", *label_args(world, out, *extra)]
+    cmd = [sys.executable, "-m", "routedvlm.cli", "label", *label_args(world, out, *extra)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
 
 

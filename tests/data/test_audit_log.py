@@ -90,7 +90,7 @@ def test_a_damaged_part_is_set_aside_with_a_warning(tmp_path, caplog):
 
 
 def test_report_prints_the_history_and_draws_the_bound(tmp_path, capsys):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     path = tmp_path / "audit.parquet"
     rng = np.random.default_rng(0)
@@ -120,7 +120,7 @@ def test_report_counts_gold_feedback_as_regret(tmp_path):
 def test_export_keeps_audits_with_inputs_and_gold(tmp_path, capsys):
     import pandas as pd
 
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     path = tmp_path / "audit.parquet"
     with AuditLog(path, store_inputs=True) as log:
@@ -180,7 +180,7 @@ def test_a_quiet_server_flushes_after_flush_seconds(tmp_path):
 
 
 def test_replicas_write_their_own_parts_and_the_report_merges_them(tmp_path, capsys):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     path = tmp_path / "audit.parquet"
     a, b = AuditLog(path, replica="pod-a"), AuditLog(path, replica="pod-b")  # both alive at once: no lock conflict

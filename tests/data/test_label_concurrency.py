@@ -53,7 +53,7 @@ def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
 
     monkeypatch.setattr(labelling, "process", fake_process)
     remote = SimpleNamespace(stateful=False)  # a side that keeps no per-call state (a server): samples overlap
-    pipe = SimpleNamespace(small=remote, large=remote)
+    pipe = SimpleNamespace(sides={"small": remote, "large": remote})
     todo = [(i, f"s{i}") for i in range(40)]
     rows, main = [], threading.current_thread()
 
@@ -66,7 +66,7 @@ def test_label_rows_keeps_n_in_flight_and_delivers_every_row_once(monkeypatch):
     assert sorted(rows) == sorted(s for _, s in todo) and state["peak"] == 8
     state["peak"] = 0
     full.clear()
-    label_runner.label_rows(SimpleNamespace(small=remote, large=SimpleNamespace(stateful=True)), _cfg(concurrency=8), todo, load,
+    label_runner.label_rows(SimpleNamespace(sides={"small": remote, "large": SimpleNamespace(stateful=True)}), _cfg(concurrency=8), todo, load,
                             None, lambda row: None)
     assert state["peak"] == 8  # process itself runs in parallel; only run_many is serialised for local models
 

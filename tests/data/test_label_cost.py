@@ -47,7 +47,7 @@ def cost_setup(tmp_path_factory):
 
 def _label(root, small, large, data, profile, out_name):
     from routedvlm.data.labels.schema import read_labels
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     out = root / out_name
     argv = ["label", "--small", str(small), "--large", str(large), "--dataset", str(data), "--out", str(out),
@@ -82,7 +82,7 @@ def test_two_runs_with_cost_give_identical_latencies(cost_setup):
 def test_a_ladder_prices_each_model_with_its_profiled_model(cost_setup):
     """mid found by its path (the large checkpoint) or named with --cost-model mid=NAME; latencies deterministic."""
     from routedvlm.data.labels.schema import read_labels
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     root, small, large, data, profile = cost_setup
 
@@ -105,7 +105,7 @@ def test_a_ladder_prices_each_model_with_its_profiled_model(cost_setup):
 
 
 def test_estimate_only_prices_one_sample_with_the_profile(cost_setup, capsys):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     root, small, large, data, profile = cost_setup
     out = root / "estimate.parquet"

@@ -74,7 +74,7 @@ def test_ladder_features_are_per_model_and_pairwise(ladder_run):
 def test_labels_validate_cli_accepts_a_ladder_and_rejects_a_wrong_version(ladder_run, tmp_path, capsys):
     from routedvlm.data.labels.schema import read_labels, write_labels
     from routedvlm.data.labels.validate import validate_labels
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     assert main(["labels", "validate", str(ladder_run)]) == 0
     df, meta = read_labels(ladder_run)

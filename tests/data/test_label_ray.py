@@ -128,7 +128,7 @@ def test_without_ray_installed_the_flag_says_how_to_get_it(monkeypatch):
 
 
 def test_label_help_imports_neither_torch_nor_ray():
-    code = ("import sys\nfrom routedvlm.training.cli import main\ntry:\n    main(['label', '--help'])\n"
+    code = ("import sys\nfrom routedvlm.cli import main\ntry:\n    main(['label', '--help'])\n"
             "except SystemExit:\n    pass\nprint('torch' in sys.modules, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "--ray-address" in out.stdout and out.stdout.strip().endswith("False False")
@@ -186,10 +186,10 @@ def test_every_side_of_a_three_engine_ladder_is_started_and_closed_by_each_ray_w
 
     class LadderWorker(ray_pool.LabelWorker):  # shipped to the workers by value (a local class)
         def __init__(self, cfg_fields):
-            from routedvlm.data.labelling import per_sample
+            from routedvlm.data.labelling import models
             from routedvlm.inference import CollaborativePipeline
 
-            per_sample.load_pipeline = lambda cfg: (CollaborativePipeline(sides=[side_class(a) for a in cfg.aliases]),
+            models.load_pipeline = lambda cfg: (CollaborativePipeline(sides=[side_class(a) for a in cfg.aliases]),
                                                     "cpu")
             super().__init__(cfg_fields)
 

@@ -55,7 +55,7 @@ def serial(toy_data, tmp_path_factory):
     labeller equals the serial local one: tests/inference/test_vllm_engine.py)."""
     from routedvlm.data.labelling.cli import _parser, config_from_args
     from routedvlm.data.labelling.job import run_labelling
-    from routedvlm.data.labelling.per_sample import load_pipeline
+    from routedvlm.data.labelling.models import load_pipeline
     from routedvlm.data.labels.schema import read_labels
 
     out = tmp_path_factory.mktemp("plain") / "labels.parquet"
@@ -143,7 +143,7 @@ def test_a_killed_ray_run_on_engine_sides_is_finished_by_resume(toy_data, serial
 
     out = tmp_path / "killed" / "labels.parquet"
     address = cluster.get_runtime_context().gcs_address  # the killed driver's actors run on the module's cluster
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "label",
+    cmd = [sys.executable, "-m", "routedvlm.cli", "label",
            *_engine_argv(toy_data, out, "--ray", "--ray-address", address, "--num-workers", "1", "--concurrency", "2")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
     store, deadline = PartStore(out), time.monotonic() + 900

@@ -33,7 +33,7 @@ def profile(vllm_servers, tmp_path_factory):
 def _label(data, out, servers, *extra):
     from routedvlm.data.labels.schema import read_labels
     from routedvlm.data.toyworld.make_labels import MAX_DIRECT_TOKENS, MAX_REASON_TOKENS
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     argv = ["label", "--small", servers["small"], "--large", servers["large"], "--dataset", str(data), "--adapter",
             "toyworld", "--out", str(out), "--k-grid", "4,8,16", "--max-new-tokens", str(MAX_DIRECT_TOKENS),

@@ -139,7 +139,7 @@ def test_resume_after_kill_loses_and_duplicates_nothing(world, capsys):
     from routedvlm.data.labels.schema import read_labels
 
     out = world.root / "killed" / "labels.parquet"
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "label", *_args(world, out, "--flush-every", "1")]
+    cmd = [sys.executable, "-m", "routedvlm.cli", "label", *_args(world, out, "--flush-every", "1")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
     store, deadline = PartStore(out), time.monotonic() + 120
     try:
@@ -295,7 +295,7 @@ def test_engine_sides_without_vllm_are_refused_up_front_and_nothing_is_written(w
     """Regression: `--small vllm:... --large vllm:...` without vLLM installed loaded the sides and failed inside every
     sample (an `error` row each); the spec table now refuses the spec when the settings are parsed, naming the install
     step, before any model loads or any file is written."""
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # vLLM not installed (as in the normal suite's environment)
     out = tmp_path / "run" / "labels.parquet"
@@ -313,7 +313,7 @@ def test_engine_sides_without_vllm_are_refused_up_front_and_nothing_is_written(w
 
 
 def test_help_is_fast_and_imports_no_torch():
-    code = ("import sys\nfrom routedvlm.training.cli import main\ntry:\n    main(['label', '--help'])\n"
+    code = ("import sys\nfrom routedvlm.cli import main\ntry:\n    main(['label', '--help'])\n"
             "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "routedvlm label merge" in out.stdout and out.stdout.strip().endswith("False")

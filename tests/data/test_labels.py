@@ -186,7 +186,7 @@ def test_cli_validate(tmp_path, capsys):
 
 
 def test_cli_dispatcher_prints_error_for_missing_file(tmp_path, capsys):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     assert main(["labels", "validate", str(tmp_path / "nope.parquet")]) == 2
     assert capsys.readouterr().err.startswith("error: No labels file at ")

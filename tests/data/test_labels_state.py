@@ -147,7 +147,7 @@ def test_add_features_names_a_wrong_output(world, capsys):
 
 def test_the_projection_is_fixed_by_the_recorded_spec():
     from routedvlm.inference.encoders.state import StateFeatures
-    from routedvlm.inference.hidden import HiddenStates
+    from routedvlm.inference.sides.local.hidden import HiddenStates
 
     state = StateFeatures("m", n_layers=3, hidden_size=8, layer=-1, dims=3, seed=5, weights_sha256="sha256:x")
     vec = np.arange(8, dtype=np.float32)

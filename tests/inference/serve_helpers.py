@@ -72,7 +72,7 @@ def serve_process(args, log_path, timeout=240, command=None, **popen):
     import httpx
 
     port, log = free_port(), open(log_path, "w")
-    cmd = [*(command or [sys.executable, "-m", "routedvlm.training.cli", "serve"]), *args, "--port", str(port)]
+    cmd = [*(command or [sys.executable, "-m", "routedvlm.cli", "serve"]), *args, "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -58,7 +58,7 @@ def test_serve_starts_and_answers_with_a_router_that_crashes_lightgbm(tiny_pair,
 
     folder = damaged_copy(router_dir, tmp_path / "truncated", MODEL, LIGHTGBM["truncated"], legacy=True)
     port, log_path = _free_port(), tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", tiny_pair[0].name, "--large",
+    cmd = [sys.executable, "-m", "routedvlm.cli", "serve", "--small", tiny_pair[0].name, "--large",
            tiny_pair[1].name, "--router", str(folder), "--fallback", "large_direct", "--port", str(port),
            "--log-level", "warning", *PIPE_FLAGS]
     url = f"http://127.0.0.1:{port}"

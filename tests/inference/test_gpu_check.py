@@ -164,7 +164,7 @@ def test_gpu_tests_run_on_the_chosen_device_and_count(tmp_path):
 
 
 def test_lean_generate_gives_the_same_tokens_without_logprobs(tmp_path):
-    from routedvlm.inference.generation import lean, timed_generate
+    from routedvlm.inference.sides.local.generation import lean, timed_generate
     from routedvlm.inference.profiling.inputs import random_image
     from routedvlm.inference.profiling.shapes import shape_vlm
 

@@ -29,8 +29,9 @@ def _image():
 def test_capture_equals_the_hidden_states_of_a_plain_forward(tiny, arch):
     import torch
 
-    from routedvlm.inference import CollaborativePipeline, stages
-    from routedvlm.inference.hidden import decoder_layers, disable_capture, enable_capture
+    from routedvlm.inference import CollaborativePipeline
+    from routedvlm.inference.sides.local import stages
+    from routedvlm.inference.sides.local.hidden import decoder_layers, disable_capture, enable_capture
     from routedvlm.inference.inputs import make_request
 
     vlm = tiny[arch]
@@ -53,7 +54,7 @@ def test_capture_equals_the_hidden_states_of_a_plain_forward(tiny, arch):
 
 def test_the_labellers_shared_prefix_path_gives_the_same_vector(tiny):
     from routedvlm.inference import CollaborativePipeline
-    from routedvlm.inference.hidden import disable_capture, enable_capture
+    from routedvlm.inference.sides.local.hidden import disable_capture, enable_capture
 
     vlm = tiny["qwen2_vl"]
     enable_capture(vlm.model, [-1])
@@ -77,7 +78,7 @@ def test_no_capture_unless_switched_on(tiny):
 
 
 def test_layers_and_positions_are_validated(tiny):
-    from routedvlm.inference.hidden import HiddenStates, enable_capture
+    from routedvlm.inference.sides.local.hidden import HiddenStates, enable_capture
 
     with pytest.raises(ConfigError, match=r"^Hidden-state layers must be integers in \[-2, 1\] for this 2-layer"):
         enable_capture(tiny["qwen2_vl"].model, [5])

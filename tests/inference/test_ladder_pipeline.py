@@ -86,19 +86,6 @@ def test_the_final_answer_call_is_the_answering_models(words):
     assert answer_side(words, words.run(None, Q, "mid_reason"))[0] is words.sides["mid"]
 
 
-def test_a_side_written_before_ladders_is_refused_in_the_middle_with_the_fix():
-    from routedvlm.inference import CollaborativePipeline
-
-    class OldSide(LadderWordSide):
-        def large_prompt(self, request, cfg):  # the two-model signature
-            return super().large_prompt(request, cfg)
-
-    pipe = CollaborativePipeline(sides=[LadderWordSide("s"), OldSide("m"), OldSide("l")], max_reason_tokens=10)
-    assert pipe.run(None, Q, "large_direct").answer == "l:0"  # as the most expensive model it is called as before
-    with pytest.raises(InputError, match=r"^'m' cannot answer as 'mid' on a ladder: its `large_prompt` takes no `side`"):
-        pipe.run(None, Q, "mid_direct")
-
-
 def test_strategies_of_models_not_on_the_ladder_are_refused():
     from routedvlm.inference import CollaborativePipeline
 

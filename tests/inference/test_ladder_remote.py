@@ -44,7 +44,7 @@ def test_escalation_from_the_served_middle_model(ladders, images):
 def test_measured_calls_of_a_middle_model_share_its_sample_namespace():
     from types import SimpleNamespace
 
-    from routedvlm.inference.sides.openai import measurement_salt
+    from routedvlm.inference.sides.http.side import measurement_salt
 
     req = SimpleNamespace(_measure="ns")
     assert [measurement_salt(req, s) for s in ("mid_direct", "mid_transfer", "large_direct", "escalate")] == ["ns"] * 4

@@ -2,7 +2,7 @@
 tags as special tokens; usage counts; the reuse check of escalations; cache_salt namespaces. Offline (fake client)."""
 import pytest
 
-from routedvlm.inference.backends.openai_replies import direct_text, split_reasoning, usage_counts
+from routedvlm.inference.sides.http.openai_replies import direct_text, split_reasoning, usage_counts
 
 # the toy large model's thinking reply, as vLLM 0.32 returns it in three configurations (tokens from logprobs)
 TOKENS = list("red=13. blue=2. 13*2=26.\n") + ["</think>", "\n", "\n", "2", "6", "<|im_end|>"]
@@ -68,11 +68,11 @@ def _pipeline(client, **kw):
 
     from routedvlm.inference.inputs import make_request
     from routedvlm.inference.pipeline_parts import PipelineConfig
-    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.inference.sides.http.side import OpenAIVLM
 
     vlm = OpenAIVLM(client, "toy-large", **kw)
     req = make_request(Image.new("RGB", (96, 16)), "2 bars. Red sum times blue count?")
-    return vlm, req, vlm.large_prompt(req, PipelineConfig(max_direct_tokens=8))
+    return vlm, req, vlm.prefix("large", req, PipelineConfig(max_direct_tokens=8))
 
 
 def test_escalation_without_reuse_names_the_missing_server_flags():
@@ -144,7 +144,7 @@ def test_both_calls_of_an_escalation_carry_the_request_s_session_header(monkeypa
 
 
 def test_a_measured_sample_s_calls_share_its_namespace_as_the_session_key():
-    from routedvlm.inference.sides.openai import session_headers
+    from routedvlm.inference.sides.http.side import session_headers
 
     client = FakeClient(cached=32)
     vlm, req, lp = _pipeline(client)

@@ -63,11 +63,11 @@ def test_full_reasoning_selectors_keep_k_tokens(tiny_pair, make_pipeline, images
     else:
         from routedvlm.inference.inputs import make_request
         from routedvlm.inference.selectors import select_attention
-        from routedvlm.inference.stages import LargePrompt
+        from routedvlm.inference.sides.local.stages import CachedPrefix
 
         assert "select_attention" in [r["stage"] for r in res.trace]
         large = tiny_pair[1]
-        ids, scores, _ = LargePrompt(large, make_request(images["square"], Q), pipe.config).attention_scores(res.reasoning)
+        ids, scores, _ = CachedPrefix(large, make_request(images["square"], Q), pipe.config, "large").attention_scores(res.reasoning)
         assert large.decode(ids) == res.reasoning  # the scored span is exactly the reasoning
         assert res.kept_text == large.decode([ids[i] for i in select_attention(len(ids), 8, scores)])
 
@@ -348,10 +348,10 @@ def test_escalation_does_not_encode_the_image_again(pipe, images, monkeypatch):
 def test_transfer_hint_sits_inside_the_user_turn(tiny_pair):
     from routedvlm.inference.inputs import make_request
     from routedvlm.inference.pipeline_parts import PipelineConfig
-    from routedvlm.inference.stages import LargePrompt
+    from routedvlm.inference.sides.local.stages import CachedPrefix
 
     large = tiny_pair[1]
-    lp = LargePrompt(large, make_request(__import__("PIL.Image").Image.new("RGB", (64, 64)), Q), PipelineConfig())
+    lp = CachedPrefix(large, make_request(__import__("PIL.Image").Image.new("RGB", (64, 64)), Q), PipelineConfig(), "large")
     text = lp.transfer_text("two boxes")
     assert (Q + large.prompts.hint_template.format(reasoning="two boxes") + "<|im_end|>") in text
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")

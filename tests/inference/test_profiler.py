@@ -163,7 +163,7 @@ def tiny_pair(tmp_path_factory):
 def test_cli_on_tiny_models_writes_profile_and_plots(tiny_pair, tmp_path, capsys):
     import torch
 
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     torch.set_num_threads(1)
     out, plots = tmp_path / "profile.json", tmp_path / "profile_plots"  # the plots' default folder, beside --out
@@ -196,7 +196,7 @@ def test_cli_help_is_fast_and_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from routedvlm.training.cli import main\n"
+    code = ("import sys; from routedvlm.cli import main\n"
             "try:\n    main(['profile', '--help'])\nexcept SystemExit:\n    pass\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -50,7 +50,7 @@ def test_help_teaches_the_ladder_and_bad_ladders_exit_2():
     text = " ".join(build_parser().format_help().split())
     assert "--model SPEC" in text and "repeat it: --model S --model M --model L" in text
     assert "routedvlm serve --model ./2b --model http://gpu1:8001/v1#Qwen/Qwen3-VL-4B-Instruct" in text
-    bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--model", "only-one"],
+    bad = subprocess.run([sys.executable, "-m", "routedvlm.cli", "serve", "--model", "only-one"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: `routedvlm serve` needs 2 to 10 models")
 

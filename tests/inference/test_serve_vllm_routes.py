@@ -26,7 +26,7 @@ def _texts(stream_text):
 
 
 def test_completions_of_a_plain_model_continue_the_raw_prompt(http, tiny_pair):
-    from routedvlm.inference.generation import timed_generate
+    from routedvlm.inference.sides.local.generation import timed_generate
 
     small = tiny_pair[0]
     body = {"model": "small", "prompt": "The colour of the sky is", "max_tokens": 6}

@@ -242,10 +242,10 @@ def test_serve_help_is_fast_and_bad_flags_are_errors():
 
     text = " ".join(build_parser().format_help().split())
     assert "TCP port (default: 8000)" in text and "(default: 127.0.0.1)" in text
-    bad = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
+    bad = subprocess.run([sys.executable, "-m", "routedvlm.cli", "serve", "--small", "s", "--large", "l",
                           "--port", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: The `--port` flag must be a positive integer <= 65535.")
-    threads = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", "s", "--large", "l",
+    threads = subprocess.run([sys.executable, "-m", "routedvlm.cli", "serve", "--small", "s", "--large", "l",
                               "--threads", "-1"], capture_output=True, text=True)
     assert threads.returncode == 2 and threads.stderr.startswith("error: The `--threads` flag must be an integer >= 0.")
 
@@ -327,7 +327,7 @@ def test_backend_errors_name_the_server_and_the_request(server, make_pipeline, i
 def test_client_retries_5xx_with_backoff_but_not_4xx():
     import httpx
 
-    from routedvlm.inference.backends.openai_http import ChatClient
+    from routedvlm.inference.sides.http.openai_http import ChatClient
     from routedvlm.errors import BackendError
 
     calls = []
@@ -352,7 +352,7 @@ def test_first_token_entropy_from_top_logprobs_worked_example():
     """p = 0.5, 0.25 listed; the remaining 0.25 is one more outcome: H = -(.5 ln .5 + 2 * .25 ln .25) = 1.0397 nats."""
     import math
 
-    from routedvlm.inference.backends.openai_replies import entropy as _entropy
+    from routedvlm.inference.sides.http.openai_replies import entropy as _entropy
 
     assert _entropy([{"logprob": math.log(0.5)}, {"logprob": math.log(0.25)}]) == pytest.approx(1.0397, abs=1e-4)
 
@@ -406,7 +406,7 @@ def test_run_many_over_http_gives_the_answers_of_single_runs(remote_pipe, images
 
 
 def test_reasoning_tokens_from_logprob_tokens_worked_example():
-    from routedvlm.inference.backends.openai_replies import reasoning_tokens as _reasoning_tokens
+    from routedvlm.inference.sides.http.openai_replies import reasoning_tokens as _reasoning_tokens
 
     toks = ["<think>", "a", "b", "</think>", "c", "<|im_end|>"]
     assert _reasoning_tokens(toks, "ab", thinking=True, stopped=True, has_logprobs=True) == ["a", "b"]
@@ -440,7 +440,7 @@ def test_label_with_remote_sides_writes_labels_and_names_the_servers(server, ima
     import pandas as pd
 
     from routedvlm.data.labels.schema import read_labels
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
     monkeypatch.setenv("ROUTEDVLM_REQUIRE_PREFIX_CACHE", "0")
@@ -467,7 +467,7 @@ def test_label_at_concurrency_over_http_gives_the_serial_labels(server, images, 
     import pandas as pd
 
     from routedvlm.data.labels.schema import read_labels
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.setenv("ROUTEDVLM_BACKEND_API_KEY", KEY)
     monkeypatch.setenv("ROUTEDVLM_REQUIRE_PREFIX_CACHE", "0")

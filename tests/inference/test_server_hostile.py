@@ -163,7 +163,7 @@ def test_a_deadline_stops_generate_at_the_next_token(routed, monkeypatch):
     import itertools
 
     from routedvlm.inference import deadline
-    from routedvlm.inference.generation import timed_generate
+    from routedvlm.inference.sides.local.generation import timed_generate
 
     side, ticks = routed.pipeline.large, itertools.count()
     monkeypatch.setattr(deadline.time, "monotonic", lambda: float(next(ticks)))

@@ -146,7 +146,7 @@ def test_serve_exits_2_when_the_models_do_not_load(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", str(tmp_path / "none"),
+    out = subprocess.run([sys.executable, "-m", "routedvlm.cli", "serve", "--small", str(tmp_path / "none"),
                           "--large", str(tmp_path / "none"), "--port", str(free_port()), "--log-level", "error"],
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 2 and "error: The checkpoint" in out.stderr and "neither an existing folder" in out.stderr

@@ -189,7 +189,7 @@ def test_shape_vlm_generates_on_an_image(tmp_path):
 
 @pytest.mark.slow
 def test_cli_profiles_shapes_with_memory_and_time(tmp_path, capsys):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     small = write_tiny_shape(tmp_path / "small.json", vocab_size=512, hidden=32)
     large = write_tiny_shape(tmp_path / "large.json", vocab_size=512, hidden=64)
@@ -245,7 +245,7 @@ def test_cpu_clock_is_for_cpu_devices_only():
 def test_clock_swaps_the_time_stamps_of_generation():
     import time
 
-    from routedvlm.inference import generation
+    from routedvlm.inference.sides.local import generation
 
     assert generation.now.__module__ == generation.__name__
     with generation.clock(lambda: 42.0):
@@ -300,7 +300,7 @@ def test_gpu_check_without_cuda_is_a_clear_error(tmp_path):
 def test_gpu_check_dry_path_on_cpu_with_tiny_shapes(tmp_path, capsys):
     """The preset's whole path (profile, escalation, tests step, one JSON + plots) on CPU with tiny shapes."""
     from routedvlm.inference.profiling.latency_model import LatencyModel
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     small = write_tiny_shape(tmp_path / "small.json", vocab_size=512, hidden=32)
     large = write_tiny_shape(tmp_path / "large.json", vocab_size=512, hidden=64)

@@ -56,7 +56,7 @@ def test_run_many_equals_run_for_every_default_strategy(pipe, images, many, stra
 def test_transfers_branch_at_each_k(pipe, many):
     """transfer_<K_i+1> continues the cache of [prefix + hint header + kept tokens of K_i], and those token ids
     really are a prefix of its prompt."""
-    from routedvlm.inference.generation import common_prefix_len
+    from routedvlm.inference.sides.local.generation import common_prefix_len
 
     lp = many["large_direct"].handoff.large_prompt
     ids = {k: lp.inputs_for(lp.transfer_text(many[f"transfer_{k}"].kept_text))["input_ids"] for k in (*K_GRID, "all")}
@@ -109,7 +109,7 @@ def test_run_many_then_escalate_equals_the_transfer(pipe, images, many):
 @pytest.fixture(scope="module")
 def prompts(tiny_pair, images):
     from routedvlm.inference.inputs import make_request
-    from routedvlm.inference.stages import direct_inputs, reason_inputs
+    from routedvlm.inference.sides.local.stages import direct_inputs, reason_inputs
 
     large = tiny_pair[1]
     req = make_request(images["tall"], Q)
@@ -118,8 +118,8 @@ def prompts(tiny_pair, images):
 
 def test_prompt_cache_worked_example(prompts):
     """A announces B: A's prefill is split where B branches off; B reuses exactly that span and equals a cold run."""
-    from routedvlm.inference.generation import common_prefix_len, timed_generate
-    from routedvlm.inference.prompt_cache import PromptCache
+    from routedvlm.inference.sides.local.generation import common_prefix_len, timed_generate
+    from routedvlm.inference.sides.local.prompt_cache import PromptCache
 
     large, a, b = prompts
     cache = PromptCache(large, "large")
@@ -139,8 +139,8 @@ def test_prompt_cache_worked_example(prompts):
 def test_unannounced_prompt_reuses_a_pro_rated_share(prompts):
     """Without the announcement B still reuses the longest common prefix; the call it cuts into is listed as a
     composed record: its prefill pro-rated by tokens, without its decode."""
-    from routedvlm.inference.generation import common_prefix_len
-    from routedvlm.inference.prompt_cache import PromptCache
+    from routedvlm.inference.sides.local.generation import common_prefix_len
+    from routedvlm.inference.sides.local.prompt_cache import PromptCache
 
     large, a, b = prompts
     cache = PromptCache(large, "large")
@@ -157,7 +157,7 @@ def test_unannounced_prompt_reuses_a_pro_rated_share(prompts):
 def test_lookup_compares_token_ids_and_keeps_the_image_whole():
     """Reuse stops at the first differing id (text that decodes alike may tokenize differently at a boundary)
     and only past the image's last token; a decoded prompt's last token is never reused."""
-    from routedvlm.inference.prompt_cache import Entry, PromptCache
+    from routedvlm.inference.sides.local.prompt_cache import Entry, PromptCache
 
     img = 9
     cache = PromptCache(SimpleNamespace(model=None, processor=SimpleNamespace(image_token_id=img)), "large")

@@ -9,6 +9,7 @@ from routedvlm.errors import ModeUnavailableError
 from routedvlm.inference.inputs import make_request
 from routedvlm.inference.pipeline_parts import PipelineConfig
 from routedvlm.inference.sides import ModelSide, load_side
+from routedvlm.inference.sides.kinds import KINDS
 
 Q = "How many boxes?"
 CFG = PipelineConfig(min_new_tokens=4, max_direct_tokens=6, max_reason_tokens=40, min_reason_tokens=24)
@@ -16,18 +17,79 @@ RECORD_KEYS = {"stage", "model", "checkpoint", "mode", "vision_ms", "prefill_ms"
                "decode_ms", "decode_tokens"}
 
 
-@pytest.fixture(scope="module", params=["local", "openai"])
+class TinyEngine:
+    """A stand-in for `vllm.LLM` that decodes greedily with the tiny transformers model of the same folder, so the
+    engine side's contract runs here without vLLM: `enqueue`/`step` as the engine driver calls them, outputs shaped
+    like vLLM's `RequestOutput` (no prefix cache: nothing is reported cached)."""
+
+    def __init__(self, model, **engine_args):
+        from routedvlm.inference import VLM
+
+        self.vlm, self.llm_engine, self.finished, self.n = VLM.from_pretrained(model, device="cpu"), self, [], 0
+
+    def enqueue(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        from routedvlm.inference.sides.local.generation import timed_generate
+
+        ids = []
+        for prompt, p in zip(prompts, params):
+            inputs = self.vlm.encode((prompt.get("multi_modal_data") or {}).get("image"), prompt["prompt"])
+            gen = timed_generate(self.vlm.model, inputs, max_new_tokens=p.max_tokens, min_new_tokens=p.min_tokens)
+            self.finished.append(SimpleNamespace(
+                request_id=str(self.n), finished=True, prompt_token_ids=inputs["input_ids"][0].tolist(),
+                num_cached_tokens=0, metrics=None, outputs=[SimpleNamespace(token_ids=gen.token_ids, logprobs=None)]))
+            ids.append(f"{self.n}-tinyllm0")  # vLLM appends 8 characters to the id a RequestOutput carries
+            self.n += 1
+        return ids
+
+    def step(self):
+        done, self.finished = self.finished, []
+        return done
+
+
+def _engine_pair(request, tiny_pair):
+    """The tiny pair as in-process engine sides over `TinyEngine` (a fake `vllm` module while the fixture lives)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    fake = ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = TinyEngine, SimpleNamespace
+    had = sys.modules.get("vllm", False)
+    sys.modules["vllm"] = fake
+    pair = tuple(load_side(f"vllm:{side.name}") for side in tiny_pair)
+    for side in pair:
+        side.require_prefix_cache = False  # the stand-in keeps no prefix cache to measure reuse with
+        side.start()
+
+    def undo():
+        for side in pair:
+            side.close()
+        if had is False:
+            sys.modules.pop("vllm", None)
+        else:
+            sys.modules["vllm"] = had
+
+    request.addfinalizer(undo)
+    return pair
+
+
+@pytest.fixture(scope="module", params=[kind.name for kind in KINDS])
 def sides(request, tiny_pair):
-    """(kind, the (small, large) sides of that kind, the local pair they must agree with)."""
+    """(kind, the (small, large) sides of that kind, the local pair they must agree with): every kind of the spec
+    table, the real one where it runs here, else a stand-in."""
     if request.param == "local":
         return "local", tiny_pair, tiny_pair
+    if request.param == "vllm":
+        return "vllm", _engine_pair(request, tiny_pair), tiny_pair
+    assert request.param == "http", f"the side contract has no fixture for the kind {request.param!r}: add one"
     served = request.getfixturevalue("served")
     url = f"{served['url']}/v1"  # routedvlm serve keeps no prefix cache across requests: no reuse to require
     from routedvlm.inference import VLM
 
     pair = tuple(VLM.from_openai(url, name, api_key=KEY, timeout=120, require_prefix_cache=False)
                  for name in ("small", "large"))
-    return "openai", pair, tiny_pair
+    return "http", pair, tiny_pair
 
 
 def test_every_side_is_a_model_side_with_its_capabilities(sides):
@@ -37,11 +99,11 @@ def test_every_side_is_a_model_side_with_its_capabilities(sides):
     assert isinstance(small, ModelSide) and isinstance(large, ModelSide)
     declared = side_kind(small)  # what the spec table declares for the side's kind, the side itself does
     assert declared.name == small.kind and small.stateful is declared.stateful
-    assert large.returns_hidden_states is declared.hidden_states and small.shares_prefixes is declared.stateful
-    assert small.stateful is (kind == "local")  # an HTTP server keeps no state of ours between calls
-    assert large.returns_hidden_states is (kind == "local")
-    assert (small.prompt_cache("small") is not None) is (kind == "local")
-    assert small.device != large.device or kind == "local"  # two servers' models run concurrently
+    assert small.shares_prefixes is declared.stateful and (small.prompt_cache("small") is not None) is declared.stateful
+    assert small.stateful is (kind == "local")  # a server or an engine keeps no state of ours between calls
+    if kind != "vllm":  # an engine extracts hidden states from some architectures only (tests/inference/test_vllm_hidden.py)
+        assert large.returns_hidden_states is declared.hidden_states is (kind == "local")
+    assert small.device != large.device or kind == "local"  # two servers' (engines') models run concurrently
 
 
 def test_direct_answer_equals_the_local_models_and_reads_back(sides, images):
@@ -69,45 +131,46 @@ def test_reasoning_run_and_its_answer(sides, images):
 
 
 def test_prefix_continuation_answers_like_a_cold_call(sides, images):
-    """`large_prompt` keeps the image+question prefix; continuing it gives the cold call's answer."""
+    """`prefix` keeps the image+question prefix; continuing it gives the cold call's answer."""
     kind, (_, large), _ = sides
     req = make_request(images["tall"], Q, None)
-    lp = large.large_prompt(req, CFG)
+    lp = large.prefix("large", req, CFG)
     _, warm, rec = lp.answer(lp.direct_text, "large_direct")
-    _, cold, _ = large.answer_prompt(make_request(images["tall"], Q, None), Q, "large_transfer", CFG)
+    _, cold, _ = large.answer_cold("large", make_request(images["tall"], Q, None), Q, "large_transfer", CFG)
     assert warm == cold and rec["stage"] == "large_direct" and lp.prefix_record["stage"] == "large_prefix"
     kept = lp.transfer_text("one two")
-    assert "one two" in (kept if kind == "openai" else large.tokenizer.decode(large.text_ids(kept)))
+    assert "one two" in (kept if kind == "http" else large.tokenizer.decode(large.text_ids(kept)))
 
 
 def test_metadata_description_and_limits(sides):
     kind, (small, _), _ = sides
     info = small.describe()
     assert {"name", "dtype", "device", "weights"} <= set(info) and info["name"] == small.name
-    if kind == "local":
+    if kind != "http":  # weights in this process (the engine side reads the same checkpoint folder)
         assert small.context_length() > 0 and small.eos_ids() and info["weights"] == small.name
     else:
         assert small.context_length() is None and small.eos_ids() == [] and info["device"] == "remote"
         assert info["server"] == small.client.base_url and info["model_id"] == "small"
 
 
-def test_plain_completion_is_local_only(sides, images):
+def test_plain_completion_is_offered_by_sides_with_local_weights(sides, images):
     kind, (small, _), _ = sides
     req = make_request(images["square"], Q, None)
-    if kind == "openai":
+    if kind == "http":
         with pytest.raises(ModeUnavailableError, match=r"^The model '.*#small' is itself served by "):
             small.complete(req, "direct", max_tokens=4)
         return
     seen = []
     gen, answer, reasoning = small.complete(req, "direct", max_tokens=6, min_tokens=4, check_context=seen.append)
     ref_gen, ref_answer, _ = small.run_direct("small", make_request(images["square"], Q, None), CFG)
-    assert answer == ref_answer and reasoning is None and seen == [gen.prefill_tokens]
+    assert answer == ref_answer and reasoning is None
+    assert seen == ([gen.prefill_tokens] if kind == "local" else [])  # an engine checks its own context
 
 
 def test_load_side_dispatches_on_the_spec(tiny_pair):
     small = tiny_pair[0]
     assert load_side(small) is small  # a side object as is
-    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.inference.sides.http.side import OpenAIVLM
 
     remote = load_side("http://127.0.0.1:9/v1#m")
     assert isinstance(remote, OpenAIVLM) and remote.model_id == "m"
@@ -132,13 +195,13 @@ class WordSide(ModelSide):
         return {"name": self.name, "dtype": None, "device": "words", "weights": None}
 
     def _gen(self, tokens):
-        from routedvlm.inference.generation import Generation
+        from routedvlm.inference.sides.local.generation import Generation
 
         return Generation(list(tokens), [-0.5] * len(tokens), 0.1, [float(i) for i in range(len(tokens))], 0.0, 1.0,
                           float(len(tokens)), 8, 0)
 
     def _answer(self, side, stage, question, cfg):
-        from routedvlm.inference.stages import record
+        from routedvlm.inference.sides.local.stages import record
 
         shown = sum(w.startswith("step") for w in question.split())
         gen = self._gen([f"{self.name}:{shown}"][: cfg.max_direct_tokens])
@@ -149,7 +212,7 @@ class WordSide(ModelSide):
         return gen, answer, [rec]
 
     def run_reasoning(self, side, request, cfg, max_tokens, *, cache=None, upcoming=(), inputs=None):
-        from routedvlm.inference.stages import ReasoningRun, record
+        from routedvlm.inference.sides.local.stages import ReasoningRun, record
 
         words = self.words[:max_tokens]
         gen = self._gen(words)
@@ -161,14 +224,14 @@ class WordSide(ModelSide):
         run.records.append(rec)
         return run
 
-    def answer_prompt(self, request, question, stage, cfg):
-        return self._answer("large", stage, question, cfg)
+    def answer_cold(self, alias, request, question, stage, cfg):
+        return self._answer(alias, stage, question, cfg)
 
-    def large_prompt(self, request, cfg):
+    def prefix(self, alias, request, cfg):
         side = self
 
         class Prefix:
-            direct_text, prefix_record = request.question, {"stage": "large_prefix", "model": "large", "vision_ms": 0.0,
+            direct_text, prefix_record = request.question, {"stage": f"{alias}_prefix", "model": alias, "vision_ms": 0.0,
                                                             "prefill_ms": 0.0, "decode_ms": 0.0}
 
             def __init__(self):
@@ -178,10 +241,10 @@ class WordSide(ModelSide):
                 return side.prompts.transfer_question(request.question, reasoning)
 
             def answer(self, text, stage, restore_rope=True):
-                return side._answer("large", stage, text, cfg)
+                return side._answer(alias, stage, text, cfg)
 
             def transfer(self, text):
-                gen, answer, rec = self.answer(text, "large_transfer")
+                gen, answer, rec = self.answer(text, f"{alias}_transfer")
                 return gen, answer, [dict(self.prefix_record), rec]
 
             def attention_scores(self, reasoning):
@@ -237,8 +300,8 @@ class MeetingSide(WordSide):
         self.barrier.wait()
         return super().run_reasoning(side, request, cfg, max_tokens, **kw)
 
-    def large_prompt(self, request, cfg):
-        prefix, barrier = super().large_prompt(request, cfg), self.barrier
+    def prefix(self, alias, request, cfg):
+        prefix, barrier = super().prefix(alias, request, cfg), self.barrier
         answer = prefix.answer
 
         def meeting_answer(text, stage, restore_rope=True):
@@ -281,8 +344,8 @@ class SlowLargeReason(WordSide):
             raise TimeoutError("large_reason ended before any transfer was sent: the transfers waited for it")
         return super().run_reasoning(side, request, cfg, max_tokens, **kw)
 
-    def large_prompt(self, request, cfg):
-        prefix, sent = super().large_prompt(request, cfg), self.sent
+    def prefix(self, alias, request, cfg):
+        prefix, sent = super().prefix(alias, request, cfg), self.sent
         transfer = prefix.transfer
 
         def sending(text):

@@ -37,7 +37,7 @@ def toy_samples():
 def pipes(vllm_servers):
     from routedvlm.data.toyworld.make_labels import checkpoint_pair
     from routedvlm.inference import VLM, CollaborativePipeline
-    from routedvlm.inference.backends.remote import connect
+    from routedvlm.inference.sides import load_side as connect
 
     small, large = checkpoint_pair()
     local = CollaborativePipeline(VLM.from_pretrained(small), VLM.from_pretrained(large), **_toy_settings())
@@ -98,8 +98,8 @@ def test_labelling_runs_measure_the_two_stage_reuse_in_isolation(shared_runs):
 
 def test_both_reply_shapes_occur_and_split_alike(vllm_servers, toy_samples):
     """The small server runs vLLM's qwen3 reasoning parser, the large one none: raw replies differ, splits agree."""
-    from routedvlm.inference.backends.openai_replies import logprob_tokens, message, split_reasoning
-    from routedvlm.inference.backends.remote import connect
+    from routedvlm.inference.sides.http.openai_replies import logprob_tokens, message, split_reasoning
+    from routedvlm.inference.sides import load_side as connect
     from routedvlm.inference.inputs import make_request
 
     s = toy_samples[0]
@@ -119,7 +119,7 @@ def test_both_reply_shapes_occur_and_split_alike(vllm_servers, toy_samples):
 @pytest.fixture(scope="module")
 def toy_router(tmp_path_factory):
     """A cascade LightGBM router trained (no MLflow) on the bundled toy labels."""
-    from routedvlm.training.cli import train_router_main
+    from routedvlm.cli import train_router_main
 
     out = tmp_path_factory.mktemp("toy-router")
     assert train_router_main(["--output-dir", str(out), "--no-mlflow"]) == 0
@@ -157,10 +157,10 @@ def _free_port() -> int:
 def test_routedvlm_serve_in_front_of_the_vllm_servers(vllm_servers, toy_router, routed, toy_samples, tmp_path):
     import httpx
 
-    from routedvlm.inference.backends.openai_replies import image_data_url
+    from routedvlm.inference.sides.http.openai_replies import image_data_url
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "routedvlm.training.cli", "serve", "--small", vllm_servers["small"], "--large",
+    cmd = [sys.executable, "-m", "routedvlm.cli", "serve", "--small", vllm_servers["small"], "--large",
            vllm_servers["large"], "--router", str(toy_router), "--port", str(port), "--max-direct-tokens", "8",
            "--max-reason-tokens", "48", "--log-level", "warning"]
     log = open(tmp_path / "serve.log", "w")

@@ -61,7 +61,7 @@ def local_labels(toy_data, tmp_path_factory):
     root = Path(__file__).resolve().parents[2]
     python = os.environ.get("ROUTEDVLM_LOCAL_PYTHON", str(root / ".venv" / "bin" / "python"))
     out = tmp_path_factory.mktemp("local") / "local.parquet"
-    code = "import sys; from routedvlm.training.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from routedvlm.cli import main; sys.exit(main(sys.argv[1:]))"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([python, "-c", code, *_label_args(toy_data, out, *checkpoint_pair())], env=env,
                           capture_output=True, text=True, timeout=1200)
@@ -71,7 +71,8 @@ def local_labels(toy_data, tmp_path_factory):
 
 def _samples(data, n):
     from routedvlm.data.labelling.config import LabelConfig
-    from routedvlm.data.labelling.per_sample import _image, open_source
+    from routedvlm.data.labelling.per_sample import _image
+    from routedvlm.data.labelling.sources import open_source
 
     cfg = LabelConfig(small="s", large="l", dataset=str(data), out="unused.parquet", adapter="toyworld")
     _, keyed, load = open_source(cfg)

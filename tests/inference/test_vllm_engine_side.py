@@ -19,7 +19,7 @@ def pair():
 
 def test_vllm_spec_loads_an_engine_side_without_starting_vllm(pair, monkeypatch):
     from routedvlm.inference.sides import load_side
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # no vLLM here: building the side must not need it
     side = load_side(f"vllm:{pair[1]}")
@@ -31,8 +31,8 @@ def test_vllm_spec_loads_an_engine_side_without_starting_vllm(pair, monkeypatch)
 
 def test_engine_side_renders_the_local_sides_prompts(pair):
     from routedvlm.inference.inputs import make_request
-    from routedvlm.inference.sides.local import VLM
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.local.side import VLM
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
     from PIL import Image
 
     local, engine = VLM.from_pretrained(pair[0], device="cpu"), VLLMEngine(pair[0])
@@ -50,7 +50,7 @@ def test_engine_prompts_name_each_samples_image_by_its_content_once(pair):
     from PIL import Image
 
     from routedvlm.inference.inputs import make_request
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     side = VLLMEngine(pair[0])
     white = make_request(Image.new("RGB", (32, 32), "white"), "How many red bars?", None)
@@ -74,7 +74,7 @@ def test_an_engine_start_freezes_the_gc_heap_and_close_unfreezes_it(pair, monkey
     import gc
     import types
 
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     class LLM:
         def __init__(self, model, **kwargs):
@@ -95,13 +95,13 @@ def test_an_engine_start_freezes_the_gc_heap_and_close_unfreezes_it(pair, monkey
 
 
 def test_capture_hidden_needs_the_hidden_module_and_an_unstarted_engine(pair, monkeypatch):
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     side = VLLMEngine(pair[1])
-    monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm_hidden", None)
+    monkeypatch.setitem(sys.modules, "routedvlm.inference.sides.vllm.hidden", None)
     with pytest.raises(ModeUnavailableError, match=r"^vllm:.* cannot capture hidden states"):
         side.capture_hidden([1])
-    monkeypatch.delitem(sys.modules, "routedvlm.inference.sides.vllm_hidden")
+    monkeypatch.delitem(sys.modules, "routedvlm.inference.sides.vllm.hidden")
     side._extractable = True  # as for a Qwen3-VL checkpoint
     side._driver = object()  # the engine has answered a call already
     with pytest.raises(ConfigError, match=r"^capture_hidden\(\[1\]\) must be called before the first call"):
@@ -109,7 +109,7 @@ def test_capture_hidden_needs_the_hidden_module_and_an_unstarted_engine(pair, mo
 
 
 def test_engine_args_come_from_defaults_environment_and_caller(monkeypatch):
-    from routedvlm.inference.sides.vllm_engine import ENGINE_ARGS_ENV, resolve_engine_args
+    from routedvlm.inference.sides.vllm.side import ENGINE_ARGS_ENV, resolve_engine_args
 
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
     monkeypatch.setenv(ENGINE_ARGS_ENV, '{"max_num_seqs": 64, "block_size": 64}')
@@ -145,7 +145,7 @@ class FakeLLM:
 
 
 def test_driver_batches_calls_from_many_threads_and_fails_only_a_bad_request():
-    from routedvlm.inference.backends.vllm_driver import EngineDriver
+    from routedvlm.inference.sides.vllm.driver import EngineDriver
 
     llm = FakeLLM(fail_on="bad")
     driver = EngineDriver(llm, name="fake")
@@ -193,7 +193,7 @@ def test_labelling_on_engine_sides_keeps_many_samples_in_flight_and_says_latenci
 def test_many_threads_calling_first_start_one_engine(pair, monkeypatch):
     import time
 
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     side, started = VLLMEngine(pair[1]), []
 
@@ -243,7 +243,7 @@ def test_priced_labelling_sends_only_the_works_requests_with_the_same_answers_an
     from PIL import Image
 
     from routedvlm.inference import CollaborativePipeline
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     small, large = (VLLMEngine(p, engine_args={"block_size": 4}) for p in pair)
     for side in (small, large):

@@ -1,4 +1,4 @@
-"""The self-probe with a vLLM large side (inference/sides/vllm_hidden.py).
+"""The self-probe with a vLLM large side (inference/sides/vllm/hidden.py).
 
 Unmarked (default suite, no vLLM): the layer-id convention, the engine kwargs, and reading a file laid out as vLLM's
 connector writes it, checked by hand. Marked `vllm_engine` (.venv-vllm, `make test-vllm-engine`): on the shipped
@@ -22,7 +22,7 @@ ATOL, RTOL = 1e-4, 1e-4  # float32 on both sides; measured differences are about
 
 
 def test_transformers_layer_i_is_vllm_aux_layer_i_plus_1():
-    from routedvlm.inference.sides.vllm_hidden import aux_layer_ids, engine_kwargs, normalize_layers
+    from routedvlm.inference.sides.vllm.hidden import aux_layer_ids, engine_kwargs, normalize_layers
 
     assert aux_layer_ids([3, 1]) == [2, 4]  # sorted: vLLM saves the aux layers in depth order
     assert normalize_layers([-1, 0, -1], 4) == [0, 3]
@@ -31,7 +31,7 @@ def test_transformers_layer_i_is_vllm_aux_layer_i_plus_1():
 
 
 def test_engine_kwargs_name_the_cpu_connector_by_module(tmp_path):
-    from routedvlm.inference.sides.vllm_hidden import engine_kwargs
+    from routedvlm.inference.sides.vllm.hidden import engine_kwargs
 
     kw = engine_kwargs([0, 3], tmp_path / "hs")
     spec = kw["speculative_config"]
@@ -39,7 +39,7 @@ def test_engine_kwargs_name_the_cpu_connector_by_module(tmp_path):
     assert spec["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 4]
     kv = kw["kv_transfer_config"]
     assert (kv["kv_connector"], kv["kv_connector_module_path"]) == ("CPUHiddenStatesConnector",
-                                                                   "routedvlm.inference.sides.vllm_hidden")
+                                                                   "routedvlm.inference.sides.vllm.hidden")
     assert kv["kv_connector_extra_config"]["shared_storage_path"] == str((tmp_path / "hs").resolve())
     assert (tmp_path / "hs").is_dir()
     stock = engine_kwargs([0], tmp_path, connector="ExampleHiddenStatesConnector")["kv_transfer_config"]
@@ -64,7 +64,7 @@ def _saved(tmp_path, n_prompt: int, n_out: int, n_layers: int, hidden: int = 3):
 
 
 def test_read_hidden_by_hand(tmp_path):
-    from routedvlm.inference.sides.vllm_hidden import read_hidden
+    from routedvlm.inference.sides.vllm.hidden import read_hidden
 
     out, path = _saved(tmp_path, n_prompt=4, n_out=3, n_layers=2)
     h = read_hidden(out, [3, 1])
@@ -77,7 +77,7 @@ def test_read_hidden_by_hand(tmp_path):
 
 
 def test_read_hidden_refuses_what_it_cannot_read(tmp_path):
-    from routedvlm.inference.sides.vllm_hidden import read_hidden
+    from routedvlm.inference.sides.vllm.hidden import read_hidden
 
     with pytest.raises(ModelLoadError, match=r"^The vLLM request 'x' returned no 'hidden_states_path'"):
         read_hidden(SimpleNamespace(request_id="x", kv_transfer_params=None, prompt_token_ids=[1]), [0])
@@ -139,7 +139,7 @@ def _reference(job: dict, folder):
 
 
 def _reference_states(tensors, i: int, layers):
-    from routedvlm.inference.hidden import HiddenStates
+    from routedvlm.inference.sides.local.hidden import HiddenStates
 
     return HiddenStates(list(layers), {layer: tensors[f"{i}.prompt_last.{layer}"] for layer in layers},
                         {layer: tensors[f"{i}.answer.{layer}"] for layer in layers})
@@ -147,7 +147,7 @@ def _reference_states(tensors, i: int, layers):
 
 @pytest.fixture(scope="module")
 def engine_large():
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     side = VLLMEngine(_large_qwen3vl())
     side.capture_hidden(LAYERS)
@@ -159,7 +159,7 @@ def engine_large():
 def test_engine_vector_equals_the_transformers_capture(engine_large, tmp_path):
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import CollaborativePipeline
-    from routedvlm.inference.hidden import POSITIONS
+    from routedvlm.inference.sides.local.hidden import POSITIONS
 
     samples = make_samples("eval", 6, seed=5)
     rows = _png_rows([(s.image, s.question) for s in samples], tmp_path / "png")
@@ -184,7 +184,7 @@ def test_engine_vector_equals_the_transformers_capture(engine_large, tmp_path):
 def test_an_engine_without_extraction_says_so():
     from routedvlm.data.toyworld.make_labels import checkpoint_pair
     from routedvlm.errors import ModeUnavailableError
-    from routedvlm.inference.sides.vllm_engine import VLLMEngine
+    from routedvlm.inference.sides.vllm.side import VLLMEngine
 
     side = VLLMEngine(str(checkpoint_pair()[1]))  # the Qwen2-VL toy large: no EAGLE3 interface in vLLM
     assert not side.returns_hidden_states

@@ -68,7 +68,7 @@ def test_k_is_bounded_the_same_everywhere(tmp_path):
 
 @pytest.mark.parametrize("flags", [["--k-grid", "999999999"], ["--strategies", "transfer_999999"]])
 def test_label_refuses_a_k_no_router_could_load_before_any_work(tmp_path, capsys, flags):
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     out = tmp_path / "labels.parquet"
     code = main(["label", "--small", "s", "--large", "l", "--dataset", str(tmp_path / "none.parquet"), "--out", str(out),

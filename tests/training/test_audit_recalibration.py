@@ -18,7 +18,7 @@ def test_audited_traffic_becomes_fresh_calibration_rows(tmp_path):
                                                      toy_label_config, toyworld_dir)
     from routedvlm.data.toyworld.task import make_samples
     from routedvlm.inference import RoutedVLM
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
 

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from routedvlm.data.labels.schema import compute_labels, strategies_in, write_labels
-from routedvlm.training.cli import main
+from routedvlm.cli import main
 from routedvlm.training.synthetic import make_synthetic_labels
 
 
 def test_help_is_fast_and_imports_no_heavy_module():
-    code = ("import sys\nfrom routedvlm.training.cli import main\n"
+    code = ("import sys\nfrom routedvlm.cli import main\n"
             "try:\n    main(['train', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "heavy = [m for m in ('torch', 'lightgbm', 'mlflow', 'transformers', 'matplotlib', 'sklearn') if m in sys.modules]\n"
             "print('HEAVY', heavy)\n")
@@ -31,7 +31,7 @@ def test_help_is_fast_and_imports_no_heavy_module():
 def test_train_router_help_and_version_name_the_command(capsys):
     from importlib.metadata import version
 
-    from routedvlm.training.cli import train_router_main
+    from routedvlm.cli import train_router_main
 
     for argv, call in ((["--help"], train_router_main), (["--version"], train_router_main),
                        (["train", "--version"], main)):
@@ -46,7 +46,7 @@ def test_train_router_help_and_version_name_the_command(capsys):
 def test_progress_bars_redraw_rarely_when_stderr_is_not_a_terminal():
     """`make demo > log` used to get ~1,150 bar updates; through the routedvlm command a log file now gets one redraw
     every 30 s at most (tqdm reads TQDM_MININTERVAL when it is imported, after the dispatcher set it)."""
-    code = ("import time\nfrom routedvlm.training import cli\ncli._quiet_progress_when_not_a_tty()\n"
+    code = ("import time\nfrom routedvlm import cli\ncli._quiet_progress_when_not_a_tty()\n"
             "from tqdm.auto import tqdm\nfor _ in tqdm(range(200)):\n    time.sleep(0.002)\n")
     env = {k: v for k, v in __import__("os").environ.items() if k != "TQDM_MININTERVAL"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)

@@ -11,7 +11,7 @@ def test_train_register_champion_and_load(labels_path, tmp_path, monkeypatch, ca
     from mlflow import MlflowClient
 
     from routedvlm.router.load import load_router
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
     from routedvlm.training.labels_io import load_labels
 
     monkeypatch.chdir(tmp_path)

@@ -66,7 +66,7 @@ def test_mlflow_models_serve_answers_for_the_champion_trained_on_pandas_filtered
 
     from routedvlm.data.labels.schema import content_hash, read_labels
     from routedvlm.router.load import load_router
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -197,7 +197,7 @@ def test_probe_config_validation():
 def test_cli_trains_registers_and_loads_the_probe(probe_data, tmp_path, monkeypatch, capsys):
     from mlflow import MlflowClient
 
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from routedvlm.training.cli import main
+from routedvlm.cli import main
 
 ROUNDS = (10, 20, 30)  # same labels and split, different models: utilities comparable on the same test rows
 
@@ -25,7 +25,7 @@ def small_labels(tmp_path_factory):
 
 
 def _cmd(labels, uri, out, rounds):
-    return [sys.executable, "-m", "routedvlm.training.cli", "train", "--data", str(labels), "--tracking-uri", uri,
+    return [sys.executable, "-m", "routedvlm.cli", "train", "--data", str(labels), "--tracking-uri", uri,
             "--num-boost-round", str(rounds), "--output-dir", str(out)]
 
 

@@ -94,7 +94,7 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
     import types
 
     from routedvlm.inference.routed import RoutedVLM
-    from routedvlm.training.cli import main
+    from routedvlm.cli import main
 
     monkeypatch.chdir(toy_slice["root"])
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -108,8 +108,9 @@ def test_cli_registers_the_self_probe_and_a_remote_large_side_is_refused(toy_sli
     router = load_router("models:/self-probe-router/1", tracking_uri=uri)  # champion only if certified
     assert isinstance(router, SelfProbeRouter)
     assert router.policy.params["hidden"]["layers"] == [3] and router.policy.params["hidden"]["position"] == "prompt_last"
-    remote = types.SimpleNamespace(small=types.SimpleNamespace(stateful=False), large=types.SimpleNamespace(
-        stateful=False, returns_hidden_states=False, name="http://127.0.0.1:8101/v1#toy-large"))
+    served = types.SimpleNamespace(stateful=False, returns_hidden_states=False, name="http://127.0.0.1:8101/v1#toy-large")
+    remote = types.SimpleNamespace(small=types.SimpleNamespace(stateful=False), large=served,
+                                   sides={"small": types.SimpleNamespace(stateful=False), "large": served})
     vlm = RoutedVLM(remote, router)
     assert vlm.router is None and "an OpenAI-compatible server (vLLM, SGLang) does not" in vlm.router_error
 

@@ -1,7 +1,7 @@
 """The self-probe's input, recomputed: the large model's hidden state of its own `large_direct` pass on every labelled
 row, through `CollaborativePipeline.run` — the code path RoutedVLM runs — with the large model in transformers
-(`routedvlm.inference.hidden` hooks) or on an in-process vLLM engine (vLLM's hidden-state extraction,
-`inference/sides/vllm_hidden.py`; the rows are submitted at once and batched by the engine). Both give the same
+(`routedvlm.inference.sides.local.hidden` hooks) or on an in-process vLLM engine (vLLM's hidden-state extraction,
+`inference/sides/vllm/hidden.py`; the rows are submitted at once and batched by the engine). Both give the same
 vectors within float32 rounding (tests/inference/test_vllm_hidden.py).
 """
 from __future__ import annotations
@@ -147,7 +147,7 @@ def attach_hidden(data: pd.DataFrame, metadata: dict, large_path: Path, layers, 
     import time
 
     from routedvlm.inference.sides.kinds import LOCAL
-    from routedvlm.inference.sides.vllm_hidden import normalize_layers
+    from routedvlm.inference.sides.vllm.hidden import normalize_layers
     from routedvlm.router.checkpoints import portable_path, weights_hash
 
     layers = normalize_layers(list(layers), n_layers_of(large_path) or max(abs(x) for x in layers) + 1)

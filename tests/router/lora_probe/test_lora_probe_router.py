@@ -42,7 +42,7 @@ def test_the_small_models_rope_state_is_copied_out_and_back(probe_router):
 @pytest.mark.slow
 def test_a_served_small_model_is_read_through_the_same_methods(probe_router):
     """A served small side (no local weights: `placement` None) leaves the probe where it is, with nothing shared."""
-    from routedvlm.inference.sides.openai import OpenAIVLM
+    from routedvlm.inference.sides.http.side import OpenAIVLM
     from routedvlm.router.lora_probe import SHARED_KEY
 
     assert "placement" not in vars(OpenAIVLM)  # the ModelSide defaults apply: None, nothing to share

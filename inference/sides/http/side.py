@@ -40,12 +40,12 @@ from pathlib import Path
 from routedvlm.errors import ConfigError, ModeUnavailableError, one_of
 from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
-from ..backends.openai_http import ChatClient
-from ..backends.openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
+from .openai_http import ChatClient
+from .openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
                                        openai_messages, reasoning_tokens, split_reasoning, usage_counts)
-from ..prompts import DEFAULT_PROMPTS, PromptConfig
-from ..stages import ReasoningRun, record
-from .base import THINK_CLOSE, THINK_OPEN, ModelSide
+from ...prompts import DEFAULT_PROMPTS, PromptConfig
+from ..local.stages import ReasoningRun, record
+from ..base import THINK_CLOSE, THINK_OPEN, ModelSide
 
 logger = logging.getLogger(__name__)
 THINKING = ("always", "hybrid", "never")
@@ -217,19 +217,20 @@ class OpenAIVLM(ModelSide):
         run.records.append(remote_record(f"{run.side}_reason_answer", run.side, self, self.mode_name("reason"), gen, resp))
         return run
 
-    def large_prompt(self, request, cfg, side: str = "large"):
-        from ..backends.remote_prompt import RemotePrompt
+    def prefix(self, alias: str, request, cfg):
+        from .remote_prompt import RemotePrompt
 
-        return RemotePrompt(self, request, cfg, side)
+        return RemotePrompt(self, request, cfg, alias)
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large", *, salt: str | None = None,
+    def answer_cold(self, alias: str, request, question: str, stage: str, cfg, *, salt: str | None = None,
                       max_tokens: int | None = None):
-        """A direct answer to `question` about the request's image (a cold one-stage transfer): (gen, answer, record)."""
+        """A direct answer to `question` about the request's image as model `alias` (a cold one-stage transfer): (gen,
+        answer, record)."""
         limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
         gen, resp = self.chat(request, question, thinking=False, max_tokens=limit,
                               min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
         answer = direct_text(message(resp), logprob_tokens(resp))
-        return gen, answer, remote_record(stage, side, self, self.mode_name("direct"), gen, resp)
+        return gen, answer, remote_record(stage, alias, self, self.mode_name("direct"), gen, resp)
 
 
 def remote_record(stage: str, side: str, vlm, mode: str, gen, resp: dict, **extra) -> dict:
@@ -280,7 +281,7 @@ def load(spec: str, *, reasoner=None, **_local) -> OpenAIVLM:
     """The spec table's loader: the OpenAIVLM of '<base_url>#<model id>' (API key from $ROUTEDVLM_BACKEND_API_KEY);
     `reasoner`: another such spec (its own server) or a model id on the same server, serving the reasoning mode (a
     thinking-only model). Settings for local models (`device`, `dtype`, ...) do not apply to a served model."""
-    from ..backends.remote import API_KEY_ENV, parse_remote
+    from .remote import API_KEY_ENV, parse_remote
 
     url, model = parse_remote(spec)
     key = os.environ.get(API_KEY_ENV)

@@ -1,6 +1,6 @@
 """The stages of a local (transformers) side: a direct answer, a reasoning run, and the cached prompt prefix.
 
-`sides/local.py` (`VLM`) calls these for its `ModelSide` stage methods; `record` and `ReasoningRun` are the types
+`sides/local/side.py` (`VLM`) calls these for its `ModelSide` stage methods; `record` and `ReasoningRun` are the types
 every side returns. Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
 `stage`, `model`, `checkpoint`, `mode`, `vision_ms`, `prefill_ms`, `prefill_tokens`, `cached_tokens`,
 `decode_ms`, `decode_tokens`.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from ..base import PromptPrefix
 from .generation import Generation, cache_kwarg, common_prefix_len, continue_from, prefill_prefix, timed_generate
 
 
@@ -113,7 +114,7 @@ def close_reasoning(run: ReasoningRun, cfg) -> ReasoningRun:
     return run
 
 
-def answer_prompt(vlm, request, question: str, stage: str, cfg, side: str = "large") -> tuple[Generation, str, dict]:
+def answer_cold(vlm, side: str, request, question: str, stage: str, cfg) -> tuple[Generation, str, dict]:
     """A cold direct answer of the answering model `side` to `question` about the request's image (one-stage
     transfer)."""
     text = vlm.render(request.messages(question), "direct")
@@ -128,12 +129,12 @@ def _rope(model):
     return None if deltas is None else deltas.clone()
 
 
-class LargePrompt:
-    """The answering model's cached [chat header + image + question] prefix, shared by `large_direct` and every
-    `transfer_<K>` prompt (on a ladder: `<side>_direct` and every transfer to `side`); other prompts with the same
-    image are built by splicing token ids (no image preprocessing or encoding again)."""
+class CachedPrefix(PromptPrefix):
+    """The answering model's cached [chat header + image + question] prefix (a `PromptPrefix`), shared by
+    `<side>_direct` and every transfer to `side`; other prompts with the same image are built by splicing token ids
+    (no image preprocessing or encoding again)."""
 
-    def __init__(self, vlm, request, cfg, side: str = "large"):
+    def __init__(self, vlm, request, cfg, side: str):
         self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = vlm.render(request.messages(), "direct")
         self.direct_inputs = vlm.encode(request.image, self.direct_text)

@@ -4,7 +4,7 @@ extraction during the pass that answers — no second forward pass.
 `engine_kwargs(layers, storage_dir)` are the extra `vllm.LLM` arguments that switch it on (the `extract_hidden_states`
 speculative method, which caches the chosen layers' outputs in a KV-cache group, and a KV connector that writes them
 to `storage_dir/<request id>.safetensors`); `read_hidden(request_output, layers)` turns one finished request into the
-`HiddenStates` the transformers side captures (`routedvlm.inference.hidden`): per decoder layer i, its output at the
+`HiddenStates` the transformers side captures (`routedvlm.inference.sides.local.hidden`): per decoder layer i, its output at the
 last prompt token and at every answer token fed back while decoding.
 
 Layer ids: transformers decoder layer i (0-based, the output of layer i) is vLLM's aux hidden-state layer i + 1 (vLLM
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from routedvlm.errors import ConfigError, ModelLoadError
 
-from ..hidden import normalize_layers  # noqa: F401 - the rule of the transformers side, re-exported for the engine
+from ..local.hidden import normalize_layers  # noqa: F401 - the rule of the transformers side, re-exported for the engine
 
 CONNECTOR = "CPUHiddenStatesConnector"
 STOCK_CONNECTOR = "ExampleHiddenStatesConnector"
@@ -114,7 +114,7 @@ def read_hidden(request_output, layers, *, keep: bool = False):
     `Generation.hidden` holds on the transformers side."""
     import numpy as np
 
-    from ..hidden import HiddenStates
+    from ..local.hidden import HiddenStates
 
     data = load_states(hidden_path(request_output), keep=keep)
     states = data["hidden_states"].float().numpy()

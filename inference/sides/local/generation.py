@@ -164,8 +164,8 @@ def timed_generate(model, inputs: dict, *, max_new_tokens: int, min_new_tokens: 
     import torch
     from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
-    from . import deadline, sampling
-    from .streaming import current_streamer
+    from ... import deadline, sampling
+    from ...streaming import current_streamer
 
     deadline.check()  # a request past its deadline (or a server shutting down) starts no model call
 

@@ -5,7 +5,7 @@ thread adds every queued request to the engine (`LLM.enqueue`, the path `LLM.gen
 (`LLM.llm_engine.step`, what `LLM.generate`'s own loop does), so requests from many samples share the engine's
 batches and new ones join between steps instead of waiting for a batch to drain. With one caller thread there is one
 request in flight (a standalone latency); with many, the engine schedules them together. Nothing here is specific to
-routedvlm's stages: `sides/vllm_engine.py` builds the prompts and reads the outputs.
+routedvlm's stages: `sides/vllm/side.py` builds the prompts and reads the outputs.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The remote counterpart of `stages.LargePrompt`: the large model's image+question prefix lives in the SERVER's cache.
+"""The remote counterpart of `local/stages.CachedPrefix`: the large model's image+question prefix lives in the SERVER's cache.
 
 Prompts are questions (the server renders them). `answer` sends one request; after this sample's `large_direct`
 request, a request sharing its prefix must be reported as reusing some of it (`usage.prompt_tokens_details.
@@ -26,17 +26,18 @@ import itertools
 
 from routedvlm.errors import BackendError, ModeUnavailableError
 
-from ..generation import Generation
-from ..threads import parallel
-from ..stages import record
+from ..local.generation import Generation
+from ...threads import parallel
+from ..base import PromptPrefix
+from ..local.stages import record
 
 
-class RemotePrompt:
+class RemotePrompt(PromptPrefix):
     """The image+question prefix of one request on the large model's server (see the module docstring)."""
 
     counts_reuse = False  # can say from token ids what an escalation reuses (`escalation_reuse`): an HTTP reply cannot
 
-    def __init__(self, vlm, request, cfg, side: str = "large"):
+    def __init__(self, vlm, request, cfg, side: str):
         self.vlm, self.request, self.cfg, self.side = vlm, request, cfg, side
         self.direct_text = request.question
         self.direct_record, self.direct_gen, self._namespaces = None, None, itertools.count(1)  # thread-safe: transfers may overlap
@@ -48,7 +49,7 @@ class RemotePrompt:
 
     def answer(self, text: str, stage: str, *, restore_rope: bool = True, salt: str | None = None):
         """One request (`text` = the question or the transfer question): (generation, answer, record)."""
-        gen, ans, rec = self.vlm.answer_prompt(self.request, text, stage, self.cfg, self.side, salt=salt)
+        gen, ans, rec = self.vlm.answer_cold(self.side, self.request, text, stage, self.cfg, salt=salt)
         if stage == f"{self.side}_direct":
             self.direct_record, self.direct_gen = rec, gen
         elif self.direct_record is not None and self.vlm.require_prefix_cache:
@@ -61,8 +62,8 @@ class RemotePrompt:
 
         def two_stage():
             if salt is not None and salt != base:
-                self.vlm.answer_prompt(self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg, self.side,
-                                       salt=salt, max_tokens=1)
+                self.vlm.answer_cold(self.side, self.request, self.direct_text, f"{self.side}_prefix_seed", self.cfg,
+                                     salt=salt, max_tokens=1)
             return self.answer(text, f"{self.side}_transfer", salt=salt)
 
         jobs = {"warm": two_stage}
@@ -73,8 +74,8 @@ class RemotePrompt:
             # priced run sends every transfer there and counts the reuse from token ids (`_count_reuse`)
             salt = base if (n == 1 or counted) and self.direct_record is not None else f"{base}-k{n}"
             if self.vlm.measure_cold:
-                jobs["cold"] = lambda: self.vlm.answer_prompt(self.request, text, f"{self.side}_transfer_cold",
-                                                              self.cfg, self.side)
+                jobs["cold"] = lambda: self.vlm.answer_cold(self.side, self.request, text, f"{self.side}_transfer_cold",
+                                                            self.cfg)
         done = parallel(jobs, self.overlap)  # at once only where latencies are batched anyway (inference/overlap.py)
         gen, ans, rec = done["warm"]
         if counted:

@@ -14,8 +14,8 @@ import io
 import math
 import re
 
-from ..generation import Generation
-from ..sides.base import THINK_CLOSE, THINK_OPEN
+from ..local.generation import Generation
+from ..base import THINK_CLOSE, THINK_OPEN
 
 PIECES = re.compile(r"\s*\S+")
 
@@ -124,7 +124,7 @@ def image_tokens(resp: dict) -> int | None:
 
 
 def generation(resp: dict, wall_ms: float) -> Generation:
-    """A Generation from one reply: tokens and logprobs, first-token entropy, usage, times (see sides/openai.py)."""
+    """A Generation from one reply: tokens and logprobs, first-token entropy, usage, times (see sides/http/side.py)."""
     choice = resp["choices"][0]
     entries = (choice.get("logprobs") or {}).get("content") or []
     msg = choice.get("message") or {}

@@ -1,20 +1,20 @@
 """`VLLMEngine`: a model side (`ModelSide`) served by an in-process vLLM engine (`vllm.LLM`), spec `vllm:<checkpoint>`.
 
-Prompts are rendered here with the checkpoint's own tokenizer and chat template, exactly as the local side (`VLM`)
-renders them (the same methods), and sent as text + image (`multi_modal_data`); vLLM expands the image tokens.
-Decoding is greedy; answers and reasoning are read from the output token ids with the local side's code, so an
-engine side answers what the local side answers. Requests go through one driver thread per engine
-(`backends/vllm_driver.py`): calls from many threads (many samples in flight) share the engine's batches.
+Prompts are rendered here with the checkpoint's own tokenizer and chat template by the same `ChatFormat`
+(`sides/chat.py`) the local side (`VLM`) inherits, and sent as text + image (`multi_modal_data`); vLLM expands the
+image tokens. Decoding is greedy; answers and reasoning are read from the output token ids by that same object, so
+an engine side answers what the local side answers. Requests go through one driver thread per engine
+(`sides/vllm/driver.py`): calls from many threads (many samples in flight) share the engine's batches.
 
 Measured by the engine itself:
 - stage times from the request's engine timestamps (`RequestOutput.metrics`: scheduled -> first token = prefill,
   incl. the vision encoder; first -> last token = decode; queueing is left out), per-token times spread linearly;
 - reuse from the engine's prefix cache (`RequestOutput.num_cached_tokens`: `cached_tokens`, `prefill_tokens` =
   prompt - cached). Two-stage decoding (escalation) is a second request sharing the `large_direct` prompt's prefix,
-  and measured calls are isolated with vLLM's `cache_salt` exactly as on an HTTP side (`backends/remote_prompt.py`):
+  and measured calls are isolated with vLLM's `cache_salt` exactly as on an HTTP side (`sides/http/remote_prompt.py`):
   a sample's namespace for `large_direct` and the two-stage calls, a fresh one (a cold call) for everything else.
 The attention selector is unavailable (no attention weights). The engine is built on the first call, so
-`capture_hidden(layers)` can still configure it (`sides/vllm_hidden.py`, the self-probe).
+`capture_hidden(layers)` can still configure it (`sides/vllm/hidden.py`, the self-probe).
 Engine arguments: `ENGINE_DEFAULTS`, on a CPU also `CPU_DEFAULTS`, then $ROUTEDVLM_VLLM_ENGINE_ARGS (a JSON object),
 then `engine_args=`.
 """
@@ -32,13 +32,13 @@ import uuid
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError
 from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
-from ..backends.vllm_io import ENGINE_ARGS_ENV, freeze_heap, generation, image_uuid, resolve_engine_args
-from ..generation import Generation
-from ..prompts import DEFAULT_PROMPTS, PromptConfig
-from ..stages import ReasoningRun, record
-from .base import THINK_CLOSE, ModelSide, continue_partial
-from .local import VLM
-from .openai import measurement_salt
+from ...prompts import DEFAULT_PROMPTS, PromptConfig
+from ..base import THINK_CLOSE, ModelSide, continue_partial
+from ..chat import ChatFormat
+from ..http.side import measurement_salt
+from ..local.generation import Generation
+from ..local.stages import ReasoningRun, record
+from .engine_io import ENGINE_ARGS_ENV, freeze_heap, generation, image_uuid, resolve_engine_args
 
 log = logging.getLogger(__name__)
 SPEC_PREFIX = "vllm:"
@@ -48,7 +48,7 @@ def is_engine_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(SPEC_PREFIX)
 
 
-class VLLMEngine(ModelSide):
+class VLLMEngine(ChatFormat, ModelSide):
     """One side served by `vllm.LLM(model=path, **resolve_engine_args(engine_args))` in this process, built on first
     use (once, whichever thread calls first).
     Not stateful: calls from several threads are batched by the engine. See the module docstring."""
@@ -58,20 +58,12 @@ class VLLMEngine(ModelSide):
     measure_cold = True
     require_prefix_cache = True
 
-    # the local side's prompt rendering and output parsing (same tokenizer, same chat template, same answers)
-    _render_probe, _detect_style, _single_id = VLM._render_probe, VLM._detect_style, VLM._single_id
-    render, text_ids, decode, split_reasoning, clean_answer = (VLM.render, VLM.text_ids, VLM.decode,
-                                                                VLM.split_reasoning, VLM.clean_answer)
-    answer_text, reasoning_token_count, hit_limit = VLM.answer_text, VLM.reasoning_token_count, VLM.hit_limit
-    reasoning_prefix = VLM.reasoning_prefix
-    special_tokens = VLM.special_tokens
-
     def __init__(self, path, *, reasoner: "VLLMEngine | None" = None, thinking: str = "auto",
                  prompts: PromptConfig | None = None, reason_prompt: bool = True, top_logprobs: int = 5,
                  engine_args: dict | None = None):
         from transformers import AutoConfig, GenerationConfig
 
-        from ..processors import load_processor
+        from ..local.processors import load_processor
 
         self.name, self.path = str(path), pathlib.Path(path)
         if not self.path.is_dir():
@@ -114,7 +106,7 @@ class VLLMEngine(ModelSide):
         return self._driver
 
     def _start(self):
-        from ..backends.vllm_driver import EngineDriver
+        from .driver import EngineDriver
 
         try:
             import vllm
@@ -162,7 +154,7 @@ class VLLMEngine(ModelSide):
 
     def capture_hidden(self, layers) -> None:
         """Capture decoder `layers` (transformers indices; negative counts from the end) in every call, by vLLM's
-        hidden-state extraction during the call itself (`sides/vllm_hidden.py`); must come before the engine's first
+        hidden-state extraction during the call itself (`sides/vllm/hidden.py`); must come before the engine's first
         call."""
         if not self.returns_hidden_states:  # also when vllm_hidden (or vLLM) cannot be imported
             raise ModeUnavailableError(
@@ -250,7 +242,7 @@ class VLLMEngine(ModelSide):
     def call(self, request, text: str, *, max_tokens: int, min_tokens: int = 0, stage: str = "",
              salt: str | None = None) -> Generation:
         """One request: the rendered prompt `text` (+ the request's image) decoded greedily. salt: the `cache_salt`
-        (default: the request's measurement salt for `stage`, see sides/openai.py: measurement_salt)."""
+        (default: the request's measurement salt for `stage`, see sides/http/side.py: measurement_salt)."""
         salt = salt if salt is not None else measurement_salt(request, stage)
         t0 = time.perf_counter()
         prompt, params = self.prompt_for(request, text, salt), self.params(max_tokens, min_tokens)
@@ -260,9 +252,9 @@ class VLLMEngine(ModelSide):
         return self.generation(out, (time.perf_counter() - t0) * 1000)
 
     def generation(self, out, wall_ms: float) -> Generation:
-        """A Generation from one RequestOutput (`backends/vllm_io.py`), with the hidden states when captured."""
+        """A Generation from one RequestOutput (`sides/vllm/engine_io.py`), with the hidden states when captured."""
         gen = generation(out, wall_ms)
-        gen.prompt_ids = list(out.prompt_token_ids or [])  # what an escalation reuses (backends/engine_prompt.py)
+        gen.prompt_ids = list(out.prompt_token_ids or [])  # what an escalation reuses (sides/vllm/engine_prompt.py)
         if self._hidden is not None:
             gen.hidden = _hidden_module().read_hidden(out, self._hidden[0])
         return gen
@@ -303,18 +295,18 @@ class VLLMEngine(ModelSide):
         run.records.append(self._record(f"{run.side}_reason_answer", run.side, self.mode_name("reason"), ans))
         return run
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large", *, salt: str | None = None,
+    def answer_cold(self, alias: str, request, question: str, stage: str, cfg, *, salt: str | None = None,
                       max_tokens: int | None = None):
-        """A direct answer to `question` about the request's image as model `side`: (gen, answer, record)."""
+        """A direct answer to `question` about the request's image as model `alias`: (gen, answer, record)."""
         limit = cfg.max_direct_tokens if max_tokens is None else max_tokens
         gen = self.call(request, self.render(request.messages(question), "direct"), max_tokens=limit,
                         min_tokens=min(cfg.min_new_tokens, limit), stage=stage, salt=salt)
-        return gen, self.clean_answer(gen.token_ids), self._record(stage, side, self.mode_name("direct"), gen)
+        return gen, self.clean_answer(gen.token_ids), self._record(stage, alias, self.mode_name("direct"), gen)
 
-    def large_prompt(self, request, cfg, side: str = "large"):
-        from ..backends.engine_prompt import EnginePrompt
+    def prefix(self, alias: str, request, cfg):
+        from .engine_prompt import EnginePrompt
 
-        return EnginePrompt(self, request, cfg, side)
+        return EnginePrompt(self, request, cfg, alias)
 
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):
@@ -334,11 +326,11 @@ def load(path, *, reasoner=None, prompts=None, engine_args=None, **_local) -> VL
 
 
 def _hidden_module():
-    """routedvlm.inference.sides.vllm_hidden (vLLM's hidden-state extraction: `engine_kwargs`, `read_hidden`),
+    """routedvlm.inference.sides.vllm.hidden (vLLM's hidden-state extraction: `engine_kwargs`, `read_hidden`),
     imported only when hidden states are asked for."""
     import importlib
 
-    return importlib.import_module("routedvlm.inference.sides.vllm_hidden")
+    return importlib.import_module("routedvlm.inference.sides.vllm.hidden")
 
 
 def _jsonable(value) -> bool:

@@ -1,6 +1,6 @@
 """Remote sides given as text: '<base_url>#<model id>' (as `RoutedVLM`, `routedvlm serve` and `routedvlm label` take them).
 
-`parse_remote(spec)` splits such a spec (None for a local path or hub id); `sides.openai.load(spec, reasoner=...)`
+`parse_remote(spec)` splits such a spec (None for a local path or hub id); `sides.http.side.load(spec, reasoner=...)`
 returns the `OpenAIVLM` (API key from $ROUTEDVLM_BACKEND_API_KEY); what the server says about the model is
 `OpenAIVLM.served()`.
 """

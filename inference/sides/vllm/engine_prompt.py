@@ -1,4 +1,4 @@
-"""The in-process engine's counterpart of `stages.LargePrompt`: the large model's image+question prefix lives in the
+"""The in-process engine's counterpart of `local/stages.CachedPrefix`: the large model's image+question prefix lives in the
 vLLM engine's prefix cache, measured by the engine's own counters (`RequestOutput.num_cached_tokens`).
 
 The calls are those of an HTTP side (`remote_prompt.RemotePrompt`, whose docstring says what is sent and recorded):
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from routedvlm.errors import BackendError
 
-from .remote_prompt import RemotePrompt
+from ..http.remote_prompt import RemotePrompt
 
 
 class EnginePrompt(RemotePrompt):
-    """The image+question prefix of one request on an in-process vLLM engine (`sides/vllm_engine.py`)."""
+    """The image+question prefix of one request on an in-process vLLM engine (`sides/vllm/side.py`)."""
 
     counts_reuse = True
 

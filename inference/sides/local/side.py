@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import logging
 import pathlib
-import re
 
 from routedvlm.errors import ConfigError, ModeUnavailableError, ModelLoadError, one_of
 
-from .. import stages
-from ..prompts import DEFAULT_PROMPTS, PromptConfig
-from .base import THINK_CLOSE, THINK_OPEN, ModelSide, continue_partial
+from . import stages
+from ...prompts import DEFAULT_PROMPTS, PromptConfig
+from ..base import THINK_CLOSE, ModelSide, continue_partial
+from ..chat import ChatFormat
 
 logger = logging.getLogger(__name__)
 STYLES = ("always", "auto", "hybrid", "never")
-_PROBE = [{"role": "user", "content": "hi"}]
 
 
 def resolve_device(device) -> str:
@@ -54,7 +53,7 @@ def torch_dtype(dtype):
     raise ConfigError(f"The `dtype` parameter must be a torch dtype or a name such as 'bfloat16'. Got {dtype!r} instead.")
 
 
-class VLM(ModelSide):
+class VLM(ChatFormat, ModelSide):
     """A loaded image-text-to-text checkpoint with its processor, in direct and reasoning modes.
 
     Attributes: `model`, `processor`, `tokenizer`, `name`, `style` ("hybrid", "always" or "never": how the
@@ -92,7 +91,7 @@ class VLM(ModelSide):
         """
         from transformers import AutoConfig, AutoModelForImageTextToText
 
-        from ..processors import load_processor
+        from .processors import load_processor
 
         path, device = str(name_or_path), resolve_device(device)
         if not pathlib.Path(path).exists() and path.count("/") != 1:
@@ -119,28 +118,12 @@ class VLM(ModelSide):
         """A model served by an OpenAI-compatible server (vLLM, SGLang, `routedvlm serve`), usable as a side of
         the pipeline. thinking: "hybrid" (switched with `chat_template_kwargs.enable_thinking`), "always" or
         "never"; reasoner: a model id on the same server (or an OpenAIVLM) serving the reasoning mode.
-        kwargs: `prompts`, `top_logprobs`, `reason_prompt`, `require_prefix_cache`. See `sides/openai.py` for what is
+        kwargs: `prompts`, `top_logprobs`, `reason_prompt`, `require_prefix_cache`. See `sides/http/side.py` for what is
         measured over HTTP (two-stage decoding relies on the server's prefix caching)."""
-        from .openai import OpenAIVLM
+        from ..http.side import OpenAIVLM
 
         return OpenAIVLM.connect(base_url, model, api_key, timeout=timeout, max_retries=max_retries,
                                  thinking=thinking, reasoner=reasoner, **kwargs)
-
-    # ----- modes -------------------------------------------------------------------------------------------
-    def _render_probe(self, **kw) -> str:
-        return self.tokenizer.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True, **kw)
-
-    def _detect_style(self) -> str:
-        if not self.tokenizer.chat_template:
-            raise ModelLoadError(f"The checkpoint {self.name!r} has no chat template; add one to its tokenizer.")
-        on, off = self._render_probe(enable_thinking=True), self._render_probe(enable_thinking=False)
-        if on != off:
-            return "hybrid"
-        return "always" if on.rstrip().endswith(THINK_OPEN) else "never"
-
-    def _single_id(self, token: str):
-        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
-        return ids[0] if len(ids) == 1 else None
 
     @property
     def device(self):
@@ -159,14 +142,14 @@ class VLM(ModelSide):
     def rope_state(self):
         """A copy of the rotary-position offsets of the last prefill (Qwen-VL's `rope_deltas`), or None: what a reader
         continuing this model's KV cache needs beside it."""
-        from ..generation import rope_owner
+        from .generation import rope_owner
 
         owner = rope_owner(self.model)
         return None if owner is None or owner.rope_deltas is None else owner.rope_deltas.clone()
 
     def set_rope_state(self, rope) -> None:
         """Restore offsets saved by `rope_state` before continuing that prefill's cache (no-op for other models)."""
-        from ..generation import rope_owner
+        from .generation import rope_owner
 
         owner = rope_owner(self.model)
         if owner is not None:
@@ -177,7 +160,7 @@ class VLM(ModelSide):
                 "weights": str(self.name), "checkpoint": str(self.name)}
 
     def capture_hidden(self, layers) -> None:
-        from ..hidden import enable_capture
+        from .hidden import enable_capture
 
         enable_capture(self.model, layers)
 
@@ -194,17 +177,6 @@ class VLM(ModelSide):
         images = None if request.image is None else [request.image]
         return int(self.processor(text=[text], images=images, return_tensors="pt")["input_ids"].shape[1])
 
-    def special_tokens(self) -> list[str]:
-        return [t.content for t in self.tokenizer.added_tokens_decoder.values() if t.special]
-
-    def render(self, messages: list, mode: str) -> str:
-        """The prompt text for `messages` in `mode` ("direct" or "reason"), ending where the model writes."""
-        kw = {"enable_thinking": mode == "reason"} if self.style == "hybrid" else {}
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
-        if mode == "direct" and self.style == "always" and text.rstrip().endswith(THINK_OPEN):
-            text = text.rstrip() + "\n\n" + THINK_CLOSE + "\n\n"
-        return text
-
     # ----- encoding and parsing ----------------------------------------------------------------------------
     def encode(self, image, text: str) -> dict:
         """Processor output (tensors on the model's device) for a rendered prompt and its image (None: text only)."""
@@ -213,55 +185,12 @@ class VLM(ModelSide):
         return {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if hasattr(v, "to") else v
                 for k, v in dict(batch).items()}
 
-    def text_ids(self, text: str) -> list:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def split_reasoning(self, ids: list):
-        """(reasoning_ids, reasoning_text, answer_text or None) of a reasoning-mode generation."""
-        eos = set(self.eos_ids())
-        if self.style != "never":
-            if self.think_close_id is not None and self.think_close_id in ids:
-                i = ids.index(self.think_close_id)
-                return ids[:i], self.decode(ids[:i]), self.clean_answer(ids[i + 1:])
-            raw = self.tokenizer.decode(list(ids))
-            if self.think_close_id is None and THINK_CLOSE in raw:  # `</think>` is not a single token here
-                reasoning, answer = raw.split(THINK_CLOSE, 1)
-                return self.text_ids(reasoning), reasoning, self.clean_answer(answer)
-            body = [t for t in ids if t not in eos]
-            return body, self.decode(body), None
-        text = self.decode(ids)
-        marker = self.prompts.answer_marker
-        if marker in text:
-            reasoning = text.split(marker, 1)[0]
-            return self.text_ids(reasoning), reasoning, self.clean_answer(text.split(marker, 1)[1])
-        body = [t for t in ids if t not in eos]
-        return body, self.decode(body), None
-
-    def clean_answer(self, ids_or_text) -> str:
-        """The final answer text: special tokens, think blocks and an answer marker stripped."""
-        if isinstance(ids_or_text, str):
-            text = ids_or_text
-        else:
-            ids = list(ids_or_text)
-            if self.think_close_id is not None and self.think_close_id in ids:
-                ids = ids[len(ids) - ids[::-1].index(self.think_close_id):]
-            text = self.decode(ids)
-        if THINK_CLOSE in text:
-            text = text.rsplit(THINK_CLOSE, 1)[1]
-        text = text.replace(THINK_OPEN, "")
-        if self.style == "never" and self.prompts.answer_marker in text:
-            text = text.split(self.prompts.answer_marker, 1)[1]
-        return re.sub(r"\s+", " ", text).strip()
-
     def eos_ids(self) -> list:
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         return eos + ([self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else [])
 
-    # ----- ModelSide stages (stages.py holds their local implementations) ------------------------------------
+    # ----- ModelSide stages (stages.py holds their local implementations; chat.py renders and parses) -----------
     def run_direct(self, side: str, request, cfg, *, cache=None, upcoming=(), inputs=None):
         return stages.direct_answer(self, side, request, cfg, cache=cache, upcoming=upcoming, inputs=inputs)
 
@@ -271,14 +200,14 @@ class VLM(ModelSide):
     def finish_answer(self, run, cfg):
         return stages.close_reasoning(run, cfg)
 
-    def answer_prompt(self, request, question: str, stage: str, cfg, side: str = "large"):
-        return stages.answer_prompt(self, request, question, stage, cfg, side)
+    def answer_cold(self, alias: str, request, question: str, stage: str, cfg):
+        return stages.answer_cold(self, alias, request, question, stage, cfg)
 
-    def large_prompt(self, request, cfg, side: str = "large"):
-        return stages.LargePrompt(self, request, cfg, side)
+    def prefix(self, alias: str, request, cfg):
+        return stages.CachedPrefix(self, request, cfg, alias)
 
     def prompt_cache(self, side: str):
-        from ..prompt_cache import PromptCache
+        from .prompt_cache import PromptCache
 
         return PromptCache(self, side)
 
@@ -286,7 +215,7 @@ class VLM(ModelSide):
                  check_context=None):
         """(Generation, answer or None while reasoning, reasoning or None) of one call; `partial` continues an
         assistant message (one starting with `<think>` replaces the template's own opening think tag)."""
-        from ..generation import timed_generate
+        from .generation import timed_generate
 
         text = continue_partial(self.render(request.messages(), mode), partial)
         inputs = self.encode(request.image, text)
@@ -299,30 +228,13 @@ class VLM(ModelSide):
         return gen, answer, reasoning
 
     def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
-        from ..generation import timed_generate
+        from .generation import timed_generate
 
         inputs = self.encode(None, prompt)
         if check_context is not None:
             check_context(int(inputs["input_ids"].shape[1]))
         gen = timed_generate(self.model, inputs, max_new_tokens=max_tokens, min_new_tokens=min(min_tokens, max_tokens))
         return gen, self.decode(gen.token_ids)
-
-    # ----- reading outputs --------------------------------------------------------------------------------------
-    def answer_text(self, ids, kind: str) -> str:
-        if kind == "reason":
-            return self.split_reasoning(list(ids))[2] or ""
-        return self.clean_answer(list(ids))
-
-    def reasoning_token_count(self, ids) -> int:
-        return len(self.split_reasoning(list(ids))[0])
-
-    def reasoning_prefix(self, ids) -> int:
-        ids = [int(t) for t in ids]
-        close = self.think_close_id
-        return len(ids) - ids[::-1].index(close) if close is not None and close in ids else 0
-
-    def hit_limit(self, gen, budget: int) -> bool:
-        return bool(gen.token_ids) and gen.token_ids[-1] not in set(self.eos_ids())
 
 
 def load(name_or_path, *, reasoner=None, **kwargs) -> VLM:

@@ -52,7 +52,7 @@ class PromptCache:
         self.features = None  # (mm_encoder_outputs, vision_ms) of the sample's image once encoded
 
     def seed(self, ids, cache, rope, rec: dict) -> dict:
-        """Register a prompt prefix cached elsewhere (the LargePrompt prefix) as one span; returns its record."""
+        """Register a prompt prefix cached elsewhere (the CachedPrefix prefix) as one span; returns its record."""
         rec = _stamp(rec)
         self.entries.append(Entry(list(ids), cache, rope, [Span(0, len(ids), rec)], len(ids)))
         return rec

@@ -1,5 +1,5 @@
 """What goes into an in-process `vllm.LLM` (its arguments) and what comes out (a `Generation` from a `RequestOutput`),
-for `sides/vllm_engine.py`. vLLM itself is not imported here.
+for `sides/vllm/side.py`. vLLM itself is not imported here.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 from routedvlm.errors import ConfigError
 
-from ..generation import Generation
+from ..local.generation import Generation
 
 ENGINE_ARGS_ENV = "ROUTEDVLM_VLLM_ENGINE_ARGS"
 ENGINE_DEFAULTS = {"enable_prefix_caching": True, "disable_log_stats": False,

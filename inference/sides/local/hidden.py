@@ -31,7 +31,7 @@ def resolve_layers(model, layers) -> list[int]:
 
 def normalize_layers(layers, n_layers: int) -> list[int]:
     """`layers` (negative counts from the end) of an `n_layers`-layer decoder as sorted non-negative ints; ConfigError
-    when out of range (also for a model known only by its layer count: the vLLM side, `sides/vllm_hidden.py`)."""
+    when out of range (also for a model known only by its layer count: the vLLM side, `sides/vllm/hidden.py`)."""
     out = []
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:

@@ -22,6 +22,18 @@ def _f(default, help: str, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
+def share(text: str) -> float | str:
+    """--calib-fraction's value: 'auto' or a number."""
+    import argparse
+
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number in (0, 0.5), e.g. 0.3; got {text!r}") from None
+
+
 def _csv(value) -> list[str] | None:
     if value is None:
         return None
@@ -89,7 +101,11 @@ class TrainConfig:
     tracking_uri: str | None = _f(None, "MLflow tracking URI (default: sqlite store in ./mlruns)")
     experiment: str = _f("train-router", "MLflow experiment name")
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")
-    calib_fraction: float = _f(0.2, "share of rows for the calibration split")
+    calib_fraction: float | str = _f(0.2, "share of rows for the calibration split, or auto: chosen among 0.2, 0.3 "
+                                          "and 0.4 by simulating train-router on the rows that train under every "
+                                          "one of them (never on calibration or test rows; lightgbm router; "
+                                          "docs/training.md), recorded in policy.json (params.calibration_share)",
+                                     aliases=("--calibration-share",), conv="share")
     calibration_data: str | None = _f(None, "labels.parquet whose rows are the calibration split instead (fresh rows, "
                                              "e.g. audited live traffic relabelled: routedvlm audit export + routedvlm "
                                              "label); the labels' own calibration share is then left unused")
@@ -166,9 +182,15 @@ class TrainConfig:
             problems.append(f"`delta` must be in (0, 1); got {self.delta!r}")
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             problems.append(f"`max_latency_ms` must be > 0; got {self.max_latency_ms!r}")
+        if isinstance(self.calib_fraction, str) and self.calib_fraction.strip().lower() == "auto":
+            self.calib_fraction = "auto"
         for name in ("calib_fraction", "test_fraction"):
-            if not 0.0 < getattr(self, name) < 0.5:
-                problems.append(f"`{name}` must be in (0, 0.5); got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if value == "auto" and name == "calib_fraction":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 0.5:
+                what = " or 'auto'" if name == "calib_fraction" else ""
+                problems.append(f"`{name}` must be in (0, 0.5){what}; got {value!r}")
         for name in ("num_boost_round", "num_leaves", "max_features"):
             if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
                 problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")

@@ -17,6 +17,7 @@ from routedvlm.router.router_types import ROUTER_TYPES, type_facts
 from .config import TrainConfig
 from .labels_io import content_hash, load_labels
 from .meaning import encoder_params
+from .share import AUTO, DEFAULT_SHARE, choice_rows, choose_share, given, settle
 from .split import split_labels
 from .steps import (TrainResult, base_policy, candidate_strategies, certify_and_evaluate, choose_fallback, finish,
                     fit_router, jsonable, plan, policy_metrics, prompt_template_of, write_outputs)
@@ -50,13 +51,21 @@ def train_router(config: TrainConfig, labels: pd.DataFrame | None = None, metada
                           f"--router {config.router}.")
     if labels is None:
         labels, metadata = load_labels(config.data)
+    if config.calib_fraction == AUTO and (config.router != "lightgbm" or config.calibration_data):
+        settle(config, f"{DEFAULT_SHARE:g} (auto: " + ("--calibration-data gives the calibration rows" if
+                       config.calibration_data else f"the choice simulates the lightgbm router only, not "
+                       f"{config.router}") + ")")
+    given(config)
     return train(config, labels, dict(metadata or {}))
 
 
 def train_lightgbm(config: TrainConfig, labels: pd.DataFrame, metadata: dict) -> TrainResult:
     """The `lightgbm` router type's trainer: one LightGBM model per candidate strategy on the training rows."""
     labels_hash = metadata.get("content_hash") or content_hash(labels)
-    candidates, features, paid = plan(config, labels, metadata)
+    auto = config.calib_fraction == AUTO
+    candidates, features, paid = plan(config, labels, metadata, train=choice_rows(
+        labels, config.test_fraction, config.seed) if auto else None)
+    choose_share(config, labels, candidates, features, paid, labels_hash)  # 'auto': from the choice rows only
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     if config.calibration_data:
         split = with_calibration_rows(split, config.calibration_data, candidates, features)

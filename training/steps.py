@@ -162,7 +162,10 @@ def base_policy(config: TrainConfig, split, candidates, features, paid, labels_h
     costs and fallback from the training rows, the target, the labels' hash, the split; `params` are the type's
     (and `mode_choice`: which mode and why, steps.resolve_mode)."""
     resolve_mode(config, candidates)
-    params = {**params, "mode_choice": config.mode_choice}
+    params = {**params, "mode_choice": config.mode_choice,
+              "calibration_share": {"share": config.calib_fraction,
+                                    "choice": getattr(config, "calib_choice", None) or f"{config.calib_fraction} (given)",
+                                    "mean_latency_ms": getattr(config, "calib_scores", None) or {}}}
     from routedvlm.router.policy import Policy
 
     from .costs import expected_costs

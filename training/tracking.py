@@ -32,6 +32,7 @@ def _flat_params(config, result) -> dict:
               for k, v in config.to_dict().items()}
     params["labels.content_hash"] = result.labels_hash
     params["train.mode_choice"] = str(getattr(config, "mode_choice", "") or "")[:500]
+    params["train.calib_choice"] = str(getattr(config, "calib_choice", "") or "")[:500]
     for key, value in sorted(result.metadata.items()):
         if key == "source_path" and result.metadata.get("embedded"):
             value = "routedvlm/data/toyworld/labels.parquet"  # the installed package's file, wherever that is

@@ -36,9 +36,13 @@ def build_parser(prog: str = "train-router") -> argparse.ArgumentParser:
             parser.add_argument(flag, action="store_true", help=help_text)
             continue
         conv = float if "float" in kind else int if kind.startswith("int") else str
+        if "conv" in f.metadata:  # a field parsed by its own function in config.py (e.g. 'auto' or a number)
+            from . import config as configmod
+
+            conv = getattr(configmod, f.metadata["conv"])
         kw = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
         shown = f" (default: {default})" if default not in (None, False) else ""
-        parser.add_argument(flag, type=conv, default=default, help=help_text + shown, **kw)
+        parser.add_argument(flag, *f.metadata.get("aliases", ()), type=conv, default=default, help=help_text + shown, **kw)
     return parser
 
 

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import math
 
-from routedvlm.errors import UnknownStrategyError
 
-from .strategies import parse_strategy
+from .strategies import is_strategy, parse_strategy
 
 
 def _unit(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
 
-
-def _is_strategy(s) -> bool:
-    try:
-        parse_strategy(s)
-    except UnknownStrategyError:
-        return False
-    return True
 
 
 def certificate_field_problems(c: dict, ladder) -> list[str]:
@@ -34,7 +26,7 @@ def certificate_field_problems(c: dict, ladder) -> list[str]:
         out.append(f"`certificate['p_value']` must be None or a number in [0, 1]. Got {p_value!r}.")
     ref = c.get("reference")
     if ref is not None:
-        if not _is_strategy(ref):
+        if not is_strategy(ref):
             out.append(f"`certificate['reference']` must be a strategy id of the router's ladder (the live audit runs "
                        f"it), such as 'large_reason'. Got {_short_text(ref)}.")
         elif not set(parse_strategy(ref).models) <= set(ladder):

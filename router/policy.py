@@ -26,7 +26,7 @@ from .certificate_fields import certificate_field_problems
 from .checkpoint_identity import checkpoint_problems
 from .decision_rules import rule_features, rule_problems, rule_stages, uses_model
 from .ladder import PAIR as _PAIR, ladder_problems, off_ladder_problems, paid_stage_problems
-from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, parse_strategy
+from .strategies import LARGE_DIRECT, SMALL_DIRECT, feature_stages, is_strategy, parse_strategy
 
 FORMAT_VERSION = 3
 PAIR = list(_PAIR)
@@ -114,7 +114,7 @@ class Policy:
         out += bad_ladder
         out += self._strategy_problems()
         if not bad_ladder:
-            out += off_ladder_problems(self.ladder, self.strategies, self.fallback, _is_strategy)
+            out += off_ladder_problems(self.ladder, self.strategies, self.fallback, is_strategy)
         out += self._mode_problems()
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not 0.0 <= self.tau <= 1.0:
             out.append(f"`tau` must be a number in [0, 1]. Got {self.tau!r}.")
@@ -135,12 +135,12 @@ class Policy:
         out = []
         if not self.strategies:
             out.append("`strategies` must list at least one candidate strategy id. Got [].")
-        bad = [s for s in self.strategies if not _is_strategy(s)]
+        bad = [s for s in self.strategies if not is_strategy(s)]
         if bad:
             out.append(f"`strategies` holds unknown strategy ids {bad}; use ids such as 'large_direct' or 'transfer_64'.")
         if len(set(self.strategies)) != len(self.strategies):
             out.append(f"`strategies` must not repeat ids. Got {self.strategies}.")
-        if not _is_strategy(self.fallback):
+        if not is_strategy(self.fallback):
             out.append(f"`fallback` must be a strategy id such as 'large_reason'. Got {self.fallback!r}.")
         costs = self.expected_cost_ms
         extra = sorted(set(costs) - set(self.strategies))
@@ -338,13 +338,6 @@ def _template_problems(t) -> list[str]:
                 f"`instructions`), as the labels' metadata records it. Got {t!r}."]
     return []
 
-
-def _is_strategy(s) -> bool:
-    try:
-        parse_strategy(s)
-    except UnknownStrategyError:
-        return False
-    return True
 
 
 def _finite_nonneg(v) -> bool:

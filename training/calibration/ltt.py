@@ -150,16 +150,7 @@ def rows_needed(rate: float, alpha: float, level: float, max_rows: int = 10_000_
     if not rate < alpha:
         return None
     ok = lambda n: float(betainc(n - rate * n, rate * n + 1, 1 - alpha)) <= level  # noqa: E731
-    hi = 1
-    while not ok(hi):
-        hi *= 2
-        if hi > max_rows:
-            return None
-    lo = hi // 2
-    while lo + 1 < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return _least_n(ok, max_rows)
 
 
 def rows_needed_difference(rate_loss: float, rate_gain: float, alpha: float, level: float,
@@ -169,6 +160,11 @@ def rows_needed_difference(rate_loss: float, rate_gain: float, alpha: float, lev
     if not rate_loss - rate_gain < alpha:
         return None
     ok = lambda n: float(difference_p_value(rate_loss * n, rate_gain * n, n, alpha, iters=40)) <= level  # noqa: E731
+    return _least_n(ok, max_rows)
+
+
+def _least_n(ok, max_rows: int) -> int | None:
+    """The least n >= 1 with ok(n), for ok monotone in n (doubling, then bisection); None past max_rows."""
     hi = 1
     while not ok(hi):
         hi *= 2

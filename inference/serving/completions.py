@@ -18,6 +18,13 @@ from ..final_answer import usage as make_usage
 from .protocol import APIError, ChatRequest, check_context
 
 
+def system_fingerprint() -> str:
+    """`system_fingerprint` as vLLM sends it ("vllm-<version>"): here "routedvlm-<version>"."""
+    from .vllm_routes import version
+
+    return f"routedvlm-{version()}"
+
+
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -29,7 +36,7 @@ def completion(model: str, content, reasoning=None, *, finish="stop", logprobs=N
     if reasoning is not None:
         message["reasoning"] = message["reasoning_content"] = reasoning
     out = {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
-           "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
+           "system_fingerprint": system_fingerprint(), "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}],
            "usage": usage or make_usage(0, 0)}
     return out | (extra or {})
 
@@ -89,7 +96,8 @@ class Chunks:
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                      "total_tokens": self.prompt_tokens + self.completion_tokens}
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": choices, **({"usage": usage} if self.include_usage else {}), **extra}
+                "system_fingerprint": system_fingerprint(), "choices": choices,
+                **({"usage": usage} if self.include_usage else {}), **extra}
         return f"data: {json.dumps(body)}\n\n".encode()
 
     def delta(self, delta: dict, finish=None, tokens: int = 0, **extra) -> bytes:
@@ -105,7 +113,7 @@ class Chunks:
         out = self.delta({}, finish, **({"routedvlm": info} if info is not None else {}))
         if self.include_usage:
             body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                    "choices": [], "usage": usage}
+                    "system_fingerprint": system_fingerprint(), "choices": [], "usage": usage}
             out += f"data: {json.dumps(body)}\n\n".encode()
         return out + b"data: [DONE]\n\n"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .completions import Chunks
+from .completions import Chunks, system_fingerprint
 from .protocol import APIError
 
 TEXT_REFUSED = ("echo", "suffix", "logprobs", "prompt_embeds")
@@ -66,7 +66,7 @@ class TextChunks(Chunks):
             usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                      "total_tokens": self.prompt_tokens + self.completion_tokens}
         body = {"id": "cmpl-" + self.id.split("-", 1)[-1], "object": "text_completion", "created": self.created,
-                "model": self.model, "choices": text_choices, **({"usage": usage} if self.include_usage else {}), **extra}
+                "model": self.model, "system_fingerprint": system_fingerprint(), "choices": text_choices, **({"usage": usage} if self.include_usage else {}), **extra}
         return f"data: {json.dumps(body)}\n\n".encode()
 
     def end(self, finish: str, usage: dict, info: dict | None = None) -> bytes:

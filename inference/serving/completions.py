@@ -18,11 +18,19 @@ from ..final_answer import usage as make_usage
 from .protocol import APIError, ChatRequest, check_context
 
 
+def routedvlm_version() -> str:
+    """The installed routedvlm's version ("unknown" when it runs from a source tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("routedvlm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def system_fingerprint() -> str:
     """`system_fingerprint` as vLLM sends it ("vllm-<version>"): here "routedvlm-<version>"."""
-    from .vllm_routes import version
-
-    return f"routedvlm-{version()}"
+    return f"routedvlm-{routedvlm_version()}"
 
 
 def completion_id() -> str:

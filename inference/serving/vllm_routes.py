@@ -11,13 +11,9 @@ from .protocol import APIError
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    from .completions import routedvlm_version
 
-    try:
-        return installed("routedvlm")
-    except PackageNotFoundError:
-        return "unknown"
+    return routedvlm_version()
 
 
 def model_entries(routed, served_model: str, models) -> list:

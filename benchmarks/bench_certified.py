@@ -55,7 +55,8 @@ def p4_targets(rows: int, out: Path, targets=(0.93, 0.94, 0.95, 0.96)) -> dict:
     """P4's ratio depends on where the target puts the certified choice on the curve: the same measurement at
     several --target-accuracy values (default config otherwise)."""
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.lightgbm.trainer import fit_router
+    from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -80,7 +81,8 @@ def p4_targets(rows: int, out: Path, targets=(0.93, 0.94, 0.95, 0.96)) -> dict:
 
 def p4(rows: int, out: Path) -> dict:
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.lightgbm.trainer import fit_router
+    from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -127,7 +129,8 @@ def variants(rows: int) -> dict:
 
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.fit import lgb_params
-    from routedvlm.training.pipeline import _plan, fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
+    from routedvlm.training.pipeline import _plan
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -238,7 +241,8 @@ def p5(eval_path: Path, out: Path) -> dict:
     from routedvlm.training.calibration.rule_family import Scorer, baseline_members, with_agreement
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.labels_io import load_labels
-    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.lightgbm.trainer import fit_router
+    from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels
 
     labels, meta = load_labels(None)
@@ -276,7 +280,7 @@ def gsm8k(path: Path, draws: int = 2000) -> dict:
     from routedvlm.data.labels.outcomes import import_outcomes
     from routedvlm.training.calibration import coverage
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
     from routedvlm.training.split import Split
 
     labels = import_outcomes(pd.read_csv(path), "routellm")

@@ -174,7 +174,8 @@ def p4(rows: int, out: Path) -> dict:
     from bench_certified import _eval, cheapest_at
 
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router, train_router
+    from routedvlm.training.lightgbm.trainer import fit_router
+    from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 

@@ -43,7 +43,7 @@ def load_labels() -> pd.DataFrame:
 def fit(labels: pd.DataFrame, seed: int, calib: float = 0.2, test: float = 0.2, train_rows=None):
     """(router, split) of train-router's defaults (one-shot, LightGBM) on one random split."""
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
     from routedvlm.training.split import split_labels
 
     split = split_labels(labels, calib, test, seed)
@@ -171,7 +171,8 @@ def auto_share(labels: pd.DataFrame, seed: int) -> dict:
     from routedvlm.training.calibration.certify import certify, risk_spec
     from routedvlm.training.calibration.rule_family import Scorer
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.share import choice_rows, choose_share
+    from routedvlm.training.lightgbm.trainer import choose_share
+    from routedvlm.training.share import choice_rows
 
     cfg = TrainConfig(no_mlflow=True, mode="one-shot", seed=seed, calib_fraction="auto")
     rows = choice_rows(labels, cfg.test_fraction, seed)

@@ -22,7 +22,8 @@ class RouterType:
     which nothing outside the registry spells by type name: `requirements` (pip packages a served model needs beyond
     the LightGBM path's), `inputs` (runtime input columns beyond the feature columns, strings), `code` (routedvlm
     packages its logged code needs beyond errors and router), `calibration_data` (takes fresh calibration rows,
-    `--calibration-data`), `modes` (the training modes it supports, None: all) with `modes_why`."""
+    `--calibration-data`), `chooses_share` (its trainer chooses `--calib-fraction auto` by simulating the split; every
+    other type takes the default share), `modes` (the training modes it supports, None: all) with `modes_why`."""
 
     name: str
     runtime: str
@@ -32,6 +33,7 @@ class RouterType:
     inputs: tuple = ()
     code: tuple = ()
     calibration_data: bool = False
+    chooses_share: bool = False
     modes: tuple | None = None
     modes_why: str = ""
 
@@ -42,8 +44,8 @@ class RouterType:
 
 ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
     RouterType("lightgbm", "routedvlm.router.lightgbm:LightGBMRouter",
-               "routedvlm.training.pipeline:train_lightgbm", "model_<strategy>.txt (LightGBM text models)",
-               calibration_data=True),
+               "routedvlm.training.lightgbm.trainer:train_lightgbm", "model_<strategy>.txt (LightGBM text models)",
+               calibration_data=True, chooses_share=True),
     RouterType("lora-probe", "routedvlm.router.lora_probe:LoRAProbeRouter",
                "routedvlm.training.probe.lora_probe:train_probe", "adapter/ (peft LoRA), head.safetensors",
                requirements=("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers"),

@@ -1,8 +1,8 @@
 """The steps every router type's trainer shares: the plan (candidates, features, paid stages), the Policy a trained
 router starts from, certify + evaluate, the outputs (router folder, evaluation.json, curve.png), and `TrainResult`.
 
-Each trainer (`pipeline.train_lightgbm`, `probe.lora_probe.train_probe`, `probe.self_probe.train_self_probe`) imports
-these; `pipeline.train_router` picks the trainer by router type. This module imports no trainer (no import circle).
+Each trainer (the one its registry entry names: `lightgbm.train_lightgbm`, `knn.train_knn`, `probe.lora_probe.train_probe`,
+`probe.self_probe.train_self_probe`) imports these; `pipeline.train_router` picks the trainer by router type. This module imports no trainer (no import circle).
 """
 from __future__ import annotations
 
@@ -136,24 +136,6 @@ def prompt_template_of(metadata: dict) -> dict | None:
     log.warning("the labels' metadata records no prompt_template: the router will send questions to the models "
                 "as given; if the labels' questions had a post prompt added, give RoutedVLM the same text")
     return None
-
-
-def fit_router(config: TrainConfig, split, candidates, features, paid, labels_hash: str, *,
-               prompt_template: dict | None = None):
-    """A LightGBMRouter (tau not yet calibrated) fitted on `split.train`, costs from the training rows."""
-    from routedvlm.router.lightgbm import LightGBMRouter
-
-    from .fit import fit_models, lgb_params
-
-    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
-                                     params=params, cv_folds=config.cv_folds)
-    rounds = {s: int(b.current_iteration()) for s, b in boosters.items()}
-    policy = base_policy(config, split, candidates, features, paid, labels_hash, "lightgbm",
-                         {"constants": constants, "lightgbm": {**params, "num_boost_round": config.num_boost_round,
-                                                               "cv_folds": config.cv_folds, "rounds": rounds}},
-                         prompt_template=prompt_template)
-    return LightGBMRouter(policy, boosters)
 
 
 def base_policy(config: TrainConfig, split, candidates, features, paid, labels_hash: str, router_type: str,

@@ -1,7 +1,7 @@
 """The ladder against its pairs: for every two models a < b of a ladder, the best policy a router can reach on that
 pair's strategies alone, trained, certified and evaluated like the ladder's, for the evaluation table.
 
-Each sub-pair router is a LightGBM router on the candidates that run only `a` and `b`, in the pair's shape: one-shot
+Each sub-pair router is a LightGBM router (lightgbm/pairs.py) on the candidates that run only `a` and `b`, in the pair's shape: one-shot
 reads the prompt features; a cascade pays `b_direct` (the pair's top, as a pair's cascade pays `large_direct`) and
 reads the prompt and `b_direct` features. It is certified on the same calibration rows at the same target and
 against the same reference strategy as the ladder policy (so "the same certified target" means the same promise;
@@ -52,28 +52,17 @@ def sub_pair_rows(config, split, candidates, reference: str, ladder, labels_hash
 
 
 def _pair_row(config, split, cands, feats, pair, reference, labels_hash, ref_ms) -> dict:
-    from routedvlm.router.lightgbm import LightGBMRouter
-    from routedvlm.router.policy import Policy
-
     from .calibration.certify import apply_to_policy, certify
     from .calibration.rule_family import Scorer
-    from .costs import expected_costs
     from .evaluate import summarize
-    from .fit import fit_models, ladder_in, lgb_params
+    from .lightgbm.pairs import fit_pair_router
 
     a, b = pair
     train = split.train
     paid = [] if config.mode == "one-shot" else [f"{b}_direct"]
-    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(train, feats, cands, num_boost_round=config.num_boost_round,
-                                     params=params, cv_folds=config.cv_folds)
     top_reason = f"{b}_reason"  # the pair's fallback: its top model reasoning (large_reason on the pair)
     fallback = top_reason if top_reason in cands else max(cands, key=lambda s: float(train[f"correct__{s}"].mean()))
-    policy = Policy(router_type="lightgbm", mode=config.mode, strategies=cands, paid_stages=paid, features=feats,
-                    ladder=list(ladder_in(train)), expected_cost_ms=expected_costs(train, cands, config.mode, paid),
-                    fallback=fallback, target=config.target, training_data_hash=labels_hash,
-                    params={"constants": constants, "lightgbm": params, "sub_pair": [a, b]})
-    router = LightGBMRouter(policy, boosters)
+    router = fit_pair_router(config, train, cands, feats, paid, fallback, labels_hash, (a, b))
     cal = certify(router, split.calibration, split.train, config.target, config.delta, reference=reference)
     apply_to_policy(router.policy, cal)
     correct, latency, chosen = Scorer(router, split.test).score(cal.chosen.member)

@@ -25,7 +25,7 @@ def world():
     """A small LightGBM router fitted on 1500 synthetic rows; an 8000-row population of the same process (the
     calibration rows are drawn from it with replacement, so its risks are the exact truth)."""
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
     from routedvlm.training.split import Split
     from routedvlm.training.synthetic import make_synthetic_labels
 
@@ -93,7 +93,7 @@ def test_on_routellm_gsm8k_outcomes_the_certificate_holds_over_random_splits(los
 
     from routedvlm.data.labels.outcomes import import_outcomes
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
     from routedvlm.training.split import Split
 
     labels = import_outcomes(pd.read_csv(GSM8K), "routellm")

@@ -13,7 +13,7 @@ DRAWS, N_CAL, DELTA = 1000, 300, 0.1
 def ladder_world():
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.costs import label_strategies
-    from routedvlm.training.pipeline import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
     from routedvlm.training.split import Split
     from routedvlm.training.synthetic_ladder import make_ladder_labels
 

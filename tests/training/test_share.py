@@ -8,6 +8,7 @@ import pytest
 
 from routedvlm.errors import ConfigError
 from routedvlm.training import share as sharemod
+from routedvlm.training.lightgbm.trainer import choose_share
 from routedvlm.training.config import TrainConfig
 from routedvlm.training.split import split_labels
 from routedvlm.training.synthetic import make_synthetic_labels
@@ -22,7 +23,7 @@ def _features(df):
 
 def _choose(labels, seed=0, candidates=CANDIDATES, repeats=sharemod.REPEATS, **kw):
     cfg = TrainConfig(calib_fraction="auto", seed=seed, **{**SMALL, "strategies": candidates, **kw})
-    share = sharemod.choose_share(cfg, labels, candidates, _features(labels), [], "h", repeats=repeats)
+    share = choose_share(cfg, labels, candidates, _features(labels), [], "h", repeats=repeats)
     return share, cfg
 
 
@@ -91,7 +92,7 @@ def test_the_certificate_holds_at_delta_when_the_share_is_chosen_automatically()
     from routedvlm.training.calibration.certify import certify, risk_spec
     from routedvlm.training.calibration.coverage import binomial_slack
     from routedvlm.training.calibration.rule_family import Scorer
-    from routedvlm.training.steps import fit_router
+    from routedvlm.training.lightgbm.trainer import fit_router
 
     pair = ["large_direct", "large_reason"]
     population = make_synthetic_labels(6000, seed=999)

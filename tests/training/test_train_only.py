@@ -5,7 +5,7 @@ import pandas as pd
 
 from routedvlm.training.calibration.certify import ordered_chains, risk_spec
 from routedvlm.training.config import TrainConfig
-from routedvlm.training.pipeline import fit_router
+from routedvlm.training.lightgbm.trainer import fit_router
 from routedvlm.training.split import Split
 from routedvlm.training.synthetic import make_synthetic_labels
 

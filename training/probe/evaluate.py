@@ -78,14 +78,15 @@ def lightgbm_comparison(config, split, strategies, features, paid, labels_hash) 
     row and areas (None when there are no tabular features: a one-shot probe on labels without prompt features)."""
     from ..calibration.certify import certify
     from ..evaluate import evaluate
-    from ..steps import fit_router
+    from ..lightgbm import NAME
+    from ..lightgbm.trainer import fit_router
 
     if not features:
         return None
     router = fit_router(config, split, list(strategies), list(features), list(paid), labels_hash)
     cal = certify(router, split.calibration, split.train, config.target, config.delta)
     theirs = evaluate(router, split.calibration, split.test, config.target, cal)
-    row = {**theirs["rows"][-1], "name": "lightgbm " + theirs["rows"][-1]["name"], "kind": "comparison"}
+    row = {**theirs["rows"][-1], "name": f"{NAME} " + theirs["rows"][-1]["name"], "kind": "comparison"}
     return {"row": row, "auc": theirs["auc"], "rule": cal.chosen.member.name, "certificate": cal.certificate(),
             "router": router}
 
@@ -95,7 +96,9 @@ def side_by_side(ev: dict, comparison: dict | None) -> dict:
     if comparison is None:
         return ev
     rows = [*ev["rows"][:-1], comparison["row"], ev["rows"][-1]]
-    return {**ev, "rows": rows, "comparison": {"lightgbm": {
+    from ..lightgbm import NAME
+
+    return {**ev, "rows": rows, "comparison": {NAME: {
         "auc": comparison["auc"], "rule": comparison["rule"], "certificate": comparison["certificate"],
         **{k: comparison["row"][k] for k in ("accuracy", "mean_latency_ms", "p90_latency_ms", "target_met")}}}}
 
@@ -106,7 +109,9 @@ def summary_line(ev: dict) -> str:
             f"(shared small_direct prefill: {'yes' if probe.get('shared_prefill') else 'no'}; median own pass "
             f"{probe.get('own_ms_median', float('nan')):.1f} ms, shared pass {probe.get('shared_ms_median', float('nan')):.1f} ms)")
     if "comparison" in ev:
-        lg = ev["comparison"]["lightgbm"]
-        text += (f"; lightgbm on the same split chose {lg['rule']} (target on test "
+        from ..lightgbm import NAME
+
+        lg = ev["comparison"][NAME]
+        text += (f"; {NAME} on the same split chose {lg['rule']} (target on test "
                  f"{'met' if lg['target_met'] else 'missed'})")
     return text

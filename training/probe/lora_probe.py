@@ -72,7 +72,8 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     from routedvlm.router.policy import Policy
 
     from ..labels_io import content_hash, load_labels
-    from ..steps import default_output_dir, fit_router, plan, prompt_template_of
+    from ..lightgbm.trainer import fit_router
+    from ..steps import default_output_dir, plan, prompt_template_of
     from .data import attach_samples
     from .fit import set_feature_scaling
     from ..split import split_labels

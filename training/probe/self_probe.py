@@ -135,6 +135,7 @@ def compare_with_lightgbm(ev: dict, router, config, split, candidates, features,
     AUC), and the AUROC of P(large_direct correct) of both on the test rows."""
     from sklearn.metrics import roc_auc_score
 
+    from ..lightgbm import NAME
     from .evaluate import lightgbm_comparison, side_by_side
 
     comparison = lightgbm_comparison(config, split, candidates, features, paid, labels_hash)
@@ -143,7 +144,7 @@ def compare_with_lightgbm(ev: dict, router, config, split, candidates, features,
     if LARGE_DIRECT in candidates and 0 < y.sum() < len(y):
         auroc = {"self-probe": float(roc_auc_score(y, router.predict_proba(split.test)[LARGE_DIRECT]))}
         if comparison is not None:
-            auroc["lightgbm"] = float(roc_auc_score(y, comparison["router"].predict_proba(split.test)[LARGE_DIRECT]))
+            auroc[NAME] = float(roc_auc_score(y, comparison["router"].predict_proba(split.test)[LARGE_DIRECT]))
         out["auroc_large_direct"] = auroc
     out["self_probe"] = dict(router.policy.params.get("recomputed") or {})
     return out

@@ -130,7 +130,7 @@ def variants(rows: int) -> dict:
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.fit import lgb_params
     from routedvlm.training.lightgbm.trainer import fit_router
-    from routedvlm.training.pipeline import _plan
+    from routedvlm.training.steps import plan as _plan
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 

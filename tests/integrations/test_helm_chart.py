@@ -125,11 +125,11 @@ def test_audit_log_one_file_per_replica_and_router_from_a_volume():
     env = env_of(c)
     names = [e["name"] for e in c["env"]]
     assert names.index("ROUTEDVLM_REPLICA_ID") < names.index("ROUTEDVLM_SERVE_AUDIT_LOG")  # $(…) needs it first
-    assert env["ROUTEDVLM_SERVE_AUDIT_LOG"] == "/var/lib/routedvlm/audit/$(ROUTEDVLM_REPLICA_ID).parquet"
-    assert env["ROUTEDVLM_ROUTER"] == "/var/lib/routedvlm/router"
+    assert env["ROUTEDVLM_SERVE_AUDIT_LOG"] == "/routedvlm/audit/$(ROUTEDVLM_REPLICA_ID).parquet"
+    assert env["ROUTEDVLM_ROUTER"] == "/routedvlm/router"
     assert env["ROUTEDVLM_FEEDBACK_KEY"] == {"secretKeyRef": {"name": "gold", "key": "feedback-key"}}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
-    assert mounts["router"]["readOnly"] and mounts["audit"]["mountPath"] == "/var/lib/routedvlm/audit"
+    assert mounts["router"]["readOnly"] and mounts["audit"]["mountPath"] == "/routedvlm/audit"
     assert {v["name"]: v for v in spec["volumes"]}["audit"]["persistentVolumeClaim"] == {"claimName": "a"}
 
 
@@ -154,4 +154,4 @@ def test_the_rendered_container_starts_a_valid_serve_command(tmp_path):
     assert (cfg.models, cfg.router, cfg.tracking_uri, cfg.host, cfg.port) == (
         MODELS, "models:/vlm-router@champion", "http://mlflow:5000", "0.0.0.0", 8000)
     assert (cfg.replica_id, cfg.audit_rate, cfg.audit_store_inputs, cfg.max_images) == ("rv-routedvlm-6d4f-x2", 0.05, True, 2)
-    assert cfg.audit_log == "/var/lib/routedvlm/audit/rv-routedvlm-6d4f-x2.parquet"
+    assert cfg.audit_log == "/routedvlm/audit/rv-routedvlm-6d4f-x2.parquet"

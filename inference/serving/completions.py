@@ -176,7 +176,7 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=Non
         raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
     gen = res.generation
     logprobs = _logprobs(model, gen, req.top_logprobs) if req.logprobs else None
-    reasoning_tokens = model.reasoning_token_count(gen.token_ids) if res.reasoning is not None else 0
+    reasoning_tokens = model.output_reasoning_tokens(gen) if res.reasoning is not None else 0
     use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens, reasoning_tokens)
     answer, stopped = sampling.cut_at_stop(res.answer, req.sampling) if res.answer is not None else (None, False)
     finish = "stop" if stopped else res.finish_reason

@@ -4,7 +4,8 @@
 exception handler that logs each kind of loop failure (e.g. `accept()` out of file descriptors) at most once per
 interval, with the count of the ones it held back, instead of one traceback per attempt. `graceful_server`: a
 uvicorn server that, once shutdown starts, gives running requests `seconds`, then stops their model calls (each
-answers 503 `shutting_down` at its next token) and cancels what is left `STOP_GRACE_S` later.
+answers 503 `shutting_down` at its next token) and cancels what is left `STOP_GRACE_S` later. `worker_threads`: enough
+worker threads for every admitted request's blocking call, so the server never runs fewer calls at once than it admits.
 """
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ def overloaded_response(message: str, retry_after: int = RETRY_AFTER_S) -> bytes
     head = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
             f"retry-after: {retry_after}\r\nconnection: close\r\n\r\n")
     return head.encode() + body
+
+
+def worker_threads(loop, requests: int) -> int:
+    """Give the running loop's default executor (`run_in_executor(None, ...)`: the streamed calls) and anyio's thread
+    limiter (`run_in_threadpool`: the other calls, parsing) `requests` + 8 threads each; returns that number. Their
+    defaults (cpu count + 4 and 40) would hold calls that HTTP backends could run concurrently in a queue here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import anyio.to_thread
+
+    workers = int(requests) + 8
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="routedvlm-serve"))
+    anyio.to_thread.current_default_thread_limiter().total_tokens = workers
+    return workers
 
 
 class RateLimitedLog:

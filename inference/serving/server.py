@@ -9,7 +9,7 @@ answers alone under its position name ("small", "large"; "small", "mid", "large"
 completions.py). The headers `x-routedvlm-models` / `x-routedvlm-answer-model` and `/metrics` name the models that ran. With `loader=` the models load in the background: the server
 listens at once, /ready and the /v1 routes answer 503 until they are loaded. A body is read only up to
 `limits.max_body_bytes` (then 413); JSON and image decoding and the model calls run in worker threads, so the
-event loop keeps answering probes. One lock serialises the calls of local models (they share one device). More
+event loop keeps answering probes, on as many threads as requests are admitted (`max_queued`). One lock serialises the calls of local models (they share one device); HTTP sides take no lock. More
 than `max_queued` chat requests at once are answered 503 + Retry-After; each request's model calls stop at its
 deadline (`request_timeout`, 504). Connection limits and timeouts: guards.py (set up by cli.py); the API key:
 auth.py; reading a body and the error a failure becomes: bodies.py.
@@ -30,7 +30,7 @@ from .auth import KeyCheck
 from .bodies import api_error, parse_body, read_body, trim_heap
 from .calls import choices, run_plain, run_routed
 from .completions import merge_choices, routed_completion
-from .guards import RETRY_AFTER_S, OncePerInterval
+from .guards import RETRY_AFTER_S, OncePerInterval, worker_threads
 from .metrics import ServerMetrics
 from .openapi import ERROR as ERROR_SCHEMA
 from .openapi import openapi_document
@@ -127,6 +127,7 @@ def create_app(routed=None, *, loader=None, on_load_error=None, served_model: st
     @contextlib.asynccontextmanager
     async def lifespan(app):
         asyncio.get_running_loop().set_exception_handler(OncePerInterval(60.0))
+        worker_threads(asyncio.get_running_loop(), max_queued)  # every admitted request's call can run at once
         serving.start()
         yield
         deadlines.stop()  # whatever still runs (serve stops the model calls earlier: guards.graceful_server)

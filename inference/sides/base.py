@@ -189,6 +189,10 @@ class ModelSide(abc.ABC):
         """End-of-sequence token ids (empty when the side reports stops another way)."""
         return []
 
+    def output_reasoning_tokens(self, gen) -> int:
+        """How many of a call's output tokens are reasoning (`reasoning_token_count` of its tokens)."""
+        return self.reasoning_token_count(gen.token_ids)
+
     def hit_limit(self, gen, budget: int) -> bool:
         """Whether a call stopped at its token budget rather than at an end of sequence."""
         return bool(gen.token_ids) and len(gen.token_ids) >= budget

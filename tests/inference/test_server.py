@@ -378,6 +378,7 @@ def test_reasoning_cut_at_its_limit_is_finished_over_http(remote_pipe, images):
 
 def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch):
     """RoutedVLM.from_pretrained takes '<base_url>#<model>' sides: an app whose models are the served ones."""
+    import httpx
     from fastapi.testclient import TestClient
 
     from routedvlm.inference.routed import RoutedVLM
@@ -388,12 +389,34 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
     url = f"{server['url']}/v1"
     routed = RoutedVLM.from_pretrained(f"{url}#small", f"{url}#large", "large_direct", min_new_tokens=4, max_direct_tokens=6)
     assert not routed.pipeline.large.stateful and routed.pipeline.large.name == f"{url}#large"
+    chat = {"model": "small", "messages": user(images["square"], "Color?"), "max_tokens": 6, "min_tokens": 4}
+    text = {"model": "large", "prompt": "Color of the box:", "max_tokens": 5, "min_tokens": 5}
+    think = {**chat, "max_tokens": 30, "chat_template_kwargs": {"enable_thinking": True}}
     with TestClient(create_app(routed)) as http:
         ok = http.post("/v1/chat/completions", json={"model": "routedvlm", "messages": user(images["square"], "Color?")})
-        plain = http.post("/v1/chat/completions", json={"model": "small", "messages": user(images["square"], "Color?")})
+        plain = [http.post(route, json=body) for route, body in (("/v1/chat/completions", chat), ("/v1/completions", text),
+                                                                 ("/v1/chat/completions", think))]
+        streamed = http.post("/v1/completions", json={**text, "stream": True})
     assert ok.status_code == 200 and ok.headers["x-routedvlm-strategy"] == "large_direct"
     assert all(r["remote"] for r in ok.json()["routedvlm"]["trace"] if r["model"])
-    assert plain.status_code == 400 and plain.json()["error"]["code"] == "model_is_remote"
+    # the plain models pass through: one call of the backend, the same answer and token counts as asking it directly
+    direct = [_post(server, chat).json(), httpx.post(f"{server['url']}/v1/completions", json=text, timeout=120,
+                                                      headers={"Authorization": f"Bearer {KEY}"}).json(),
+              _post(server, think).json()]
+    assert [r.status_code for r in plain] == [200, 200, 200]
+    (chat_out, text_out, think_out), (chat_ref, text_ref, think_ref) = [r.json() for r in plain], direct
+    assert chat_out["choices"][0]["message"]["content"] == chat_ref["choices"][0]["message"]["content"]
+    assert text_out["choices"][0]["text"] == text_ref["choices"][0]["text"] and text_out["object"] == "text_completion"
+    assert think_out["choices"][0]["message"]["reasoning"] == think_ref["choices"][0]["message"]["reasoning"]
+    for out, ref in zip((chat_out, text_out, think_out), direct):
+        assert out["usage"]["completion_tokens"] == ref["usage"]["completion_tokens"]
+        assert out["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
+        assert out["choices"][0]["finish_reason"] == ref["choices"][0]["finish_reason"]
+    assert think_out["usage"]["completion_tokens_details"]["reasoning_tokens"] == \
+        think_ref["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert streamed.status_code == 200 and "".join(e["choices"][0]["text"] for e in events if e["choices"]) == \
+        text_ref["choices"][0]["text"]
     with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
         RoutedVLM.from_pretrained(url, f"{url}#large", "large_direct")
 

@@ -16,10 +16,12 @@ from routedvlm.errors import BackendError, ConfigError, SideUnavailableError
 
 logger = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+MAX_KEEPALIVE = 512  # idle connections kept open to one server
 
 
 class ChatClient:
-    """POST /chat/completions to `base_url` (e.g. 'http://127.0.0.1:8000/v1'); thread-safe (one httpx.Client)."""
+    """POST /chat/completions to `base_url` (e.g. 'http://127.0.0.1:8000/v1'); thread-safe (one httpx.Client, its
+    connection pool unbounded: the server, not this client, decides how many calls run at once)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 60.0, max_retries: int = 2,
                  backoff_s: float = 0.5):
@@ -34,14 +36,17 @@ class ChatClient:
             raise ConfigError(f"The `timeout` parameter must be a positive number of seconds. Got {timeout!r} instead.")
         self.base_url, self.max_retries, self.backoff_s = base_url.rstrip("/"), max_retries, backoff_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(timeout=timeout, headers=headers)
+        # as many connections as requests in flight: httpx's default pool (100) would queue the 101st call here
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_KEEPALIVE)
+        self._http = httpx.Client(timeout=timeout, headers=headers, limits=limits)
 
-    def create(self, body: dict, *, what: str = "chat completion", headers: dict | None = None) -> dict:
-        """The JSON response of one chat completion (`headers`: more request headers); raises BackendError after the
-        retries are spent."""
+    def create(self, body: dict, *, what: str = "chat completion", headers: dict | None = None,
+               path: str = "/chat/completions") -> dict:
+        """The JSON response of one chat completion (`headers`: more request headers; `path`: another POST route, e.g.
+        "/completions"); raises BackendError after the retries are spent."""
         import httpx
 
-        url, rid = f"{self.base_url}/chat/completions", f"routedvlm-{uuid.uuid4().hex[:12]}"
+        url, rid = f"{self.base_url}{path}", f"routedvlm-{uuid.uuid4().hex[:12]}"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:

@@ -127,8 +127,24 @@ class OpenAIVLM(ModelSide):
 
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):
-        raise ModeUnavailableError(f"The model {self.name!r} is itself served by {self.client.base_url}; "
-                                   "query that server directly.")
+        """One plain chat call passed through to the server (`plain.py`); the server checks the context itself."""
+        from . import plain
+
+        return plain.complete(self, request, mode, max_tokens=max_tokens, min_tokens=min_tokens, partial=partial)
+
+    def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
+        """A raw continuation of `prompt` by the server's `/completions` (`plain.py`)."""
+        from . import plain
+
+        return plain.complete_text(self, prompt, max_tokens=max_tokens, min_tokens=min_tokens)
+
+    def hit_limit(self, gen, budget: int) -> bool:
+        finish = getattr(gen, "finish", None)  # a plain call's ServedGeneration carries the server's finish reason
+        return finish == "length" if finish is not None else super().hit_limit(gen, budget)
+
+    def output_reasoning_tokens(self, gen) -> int:
+        count = getattr(gen, "reasoning_count", None)  # a plain call's: the server's count (plain.py)
+        return count if count is not None else super().output_reasoning_tokens(gen)
 
     def decode(self, tokens) -> str:
         return "".join(tokens)

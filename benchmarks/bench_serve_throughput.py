@@ -8,12 +8,14 @@ request decodes exactly its output length) runs the same prompts against:
 1. `direct`: the large vLLM server itself (model `toy-large`);
 2. `passthrough`: serve's plain model `large` (one call of the large server per request);
 3. `routed`: serve's routed model (the prompt as the question: the router's mix of small and large calls);
-directs and passthroughs alternate for `--rounds` rounds. Printed: completed/failed requests, requests/s, output
-tokens/s, median TTFT, and the passthrough / direct throughput ratio per round and its median. The routed model's
+directs and passthroughs alternate for `--rounds` rounds, after one unmeasured warm-up run of each target per
+concurrency (serve starts its worker threads and their connections then). Printed: completed/failed requests,
+requests/s, output tokens/s, median TTFT, serve's own CPU time per request (from /proc), and the passthrough / direct
+throughput ratio per round and its median. The routed model's
 throughput is its own number (it runs more calls per request by design), reported beside.
 
 Needs `make vllm-env`. Keep it short on a small CPU (small output lengths, a few hundred prompts).
-Example: .venv/bin/python benchmarks/bench_serve_throughput.py --concurrency 64,256 --prompts 256 --rounds 2
+Example: .venv/bin/python benchmarks/bench_serve_throughput.py --concurrency 64,256 --prompts 512 --rounds 2
 """
 from __future__ import annotations
 
@@ -73,13 +75,14 @@ def wait_http(url: str, proc, log: Path, deadline: float) -> None:
         time.sleep(2)
 
 
-def bench(args, venv: Path, port: int, model: str, concurrency: int, out_dir: Path, tag: str) -> dict:
+def bench(args, venv: Path, port: int, model: str, concurrency: int, out_dir: Path, tag: str,
+          prompts: int | None = None) -> dict:
     """One `vllm bench serve` run (default backend); its saved result JSON."""
     name = f"{tag}.json"
     cmd = [str(venv / "bin" / "vllm"), "bench", "serve", "--base-url", f"http://127.0.0.1:{port}",
            "--model", str(ROOT / "data" / "toyworld" / "checkpoints" / "large"), "--served-model-name", model,
            "--dataset-name", "random", "--random-input-len", str(args.input_len), "--random-output-len",
-           str(args.output_len), "--num-prompts", str(args.prompts), "--max-concurrency", str(concurrency),
+           str(args.output_len), "--num-prompts", str(prompts or args.prompts), "--max-concurrency", str(concurrency),
            "--ignore-eos", "--seed", str(args.seed), "--disable-tqdm", "--save-result", "--result-dir", str(out_dir),
            "--result-filename", name, "--ready-check-timeout-sec", "0"]
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -91,34 +94,49 @@ def bench(args, venv: Path, port: int, model: str, concurrency: int, out_dir: Pa
     return json.loads((out_dir / name).read_text())
 
 
-def row(tag: str, res: dict, ratio: str = "") -> str:
-    failed = res.get("num_prompts", res["completed"]) - res["completed"] if "num_prompts" in res else res.get("failed", 0)
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def row(tag: str, res: dict, ratio: str = "", cpu_ms: str = "") -> str:
+    failed = res.get("failed", "?")
     return (f"| {tag} | {res['completed']} | {failed} | {res['request_throughput']:.2f} | "
-            f"{res['output_throughput']:.1f} | {res['median_ttft_ms']:.0f} | {ratio} |")
+            f"{res['output_throughput']:.1f} | {res['median_ttft_ms']:.0f} | {cpu_ms} | {ratio} |")
 
 
-def run(args, venv: Path, out_dir: Path) -> int:
+def run(args, venv: Path, out_dir: Path, serve_pid: int) -> int:
     load0 = os.getloadavg()[0]
     print(f"vllm bench serve (default backend: streamed /v1/completions), random prompts of {args.input_len} tokens, "
           f"{args.output_len} output tokens (--ignore-eos), {args.prompts} prompts per run; vLLM --max-num-seqs "
           f"{args.max_num_seqs}; serve's router {args.router!r}; load average at start {load0:.1f}\n")
-    print("| run | completed | failed | requests/s | output tokens/s | median TTFT ms | passthrough / direct |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | completed | failed | requests/s | output tokens/s | median TTFT ms | serve CPU ms / request | "
+          "passthrough / direct |")
+    print("|---|---|---|---|---|---|---|---|")
     summary = {}
     for conc in args.concurrency:
         ratios = []
+        for which, port, model in (("direct", PORTS["large"], "toy-large"), ("passthrough", PORTS["serve"], "large"),
+                                   ("routed", PORTS["serve"], "routedvlm")):
+            bench(args, venv, port, model, conc, out_dir, f"warmup-{which}-c{conc}", prompts=conc)
         for r in range(args.rounds):
             order = ("direct", "passthrough") if r % 2 == 0 else ("passthrough", "direct")
-            got = {}
+            got, cpu = {}, {}
             for which in order:
                 port, model = (PORTS["large"], "toy-large") if which == "direct" else (PORTS["serve"], "large")
+                t0 = cpu_seconds(serve_pid)
                 got[which] = bench(args, venv, port, model, conc, out_dir, f"{which}-c{conc}-r{r}")
+                cpu[which] = 1000 * (cpu_seconds(serve_pid) - t0) / max(got[which]["completed"], 1)
             ratio = got["passthrough"]["output_throughput"] / max(got["direct"]["output_throughput"], 1e-9)
             ratios.append(ratio)
             print(row(f"direct, concurrency {conc}, round {r}", got["direct"]), flush=True)
-            print(row(f"passthrough, concurrency {conc}, round {r}", got["passthrough"], f"{ratio:.3f}"), flush=True)
+            print(row(f"passthrough, concurrency {conc}, round {r}", got["passthrough"], f"{ratio:.3f}",
+                      f"{cpu['passthrough']:.2f}"), flush=True)
+        t0 = cpu_seconds(serve_pid)
         routed = bench(args, venv, PORTS["serve"], "routedvlm", conc, out_dir, f"routed-c{conc}")
-        print(row(f"routed ({args.router}), concurrency {conc}", routed), flush=True)
+        cpu_routed = 1000 * (cpu_seconds(serve_pid) - t0) / max(routed["completed"], 1)
+        print(row(f"routed ({args.router}), concurrency {conc}", routed, "", f"{cpu_routed:.2f}"), flush=True)
         summary[conc] = (statistics.median(ratios), routed)
     load1 = os.getloadavg()[0]
     print(f"\nload average at end {load1:.1f}")
@@ -132,7 +150,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n")[-2])
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256],
                    help="comma-separated concurrency levels (default 64,256)")
-    p.add_argument("--prompts", type=int, default=256, help="prompts per run")
+    p.add_argument("--prompts", type=int, default=512, help="prompts per run")
     p.add_argument("--rounds", type=int, default=2, help="direct/passthrough pairs per concurrency")
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=16)
@@ -166,7 +184,7 @@ def main(argv=None) -> int:
                                        start_new_session=True), log, "serve"))
         wait_http(f"http://127.0.0.1:{PORTS['serve']}/ready", procs[-1][0], log, deadline)
         with tempfile.TemporaryDirectory() as tmp:
-            return run(args, venv, Path(tmp))
+            return run(args, venv, Path(tmp), procs[-1][0].pid)
     finally:
         for proc, _, _ in procs:  # each its own process group (a vLLM server and its engine processes)
             try:

@@ -8,7 +8,7 @@ request decodes exactly its output length) runs the same prompts against:
 1. `direct`: the large vLLM server itself (model `toy-large`);
 2. `passthrough`: serve's plain model `large` (one call of the large server per request);
 3. `routed`: serve's routed model (the prompt as the question: the router's mix of small and large calls);
-directs and passthroughs alternate for `--rounds` rounds, after one unmeasured warm-up run of each target per
+directs and passthroughs alternate for `--rounds` rounds, after one unmeasured warm-up run through serve per
 concurrency (serve starts its worker threads and their connections then). Printed: completed/failed requests,
 requests/s, output tokens/s, median TTFT, serve's own CPU time per request (from /proc), and the passthrough / direct
 throughput ratio per round and its median. The routed model's
@@ -117,9 +117,7 @@ def run(args, venv: Path, out_dir: Path, serve_pid: int) -> int:
     summary = {}
     for conc in args.concurrency:
         ratios = []
-        for which, port, model in (("direct", PORTS["large"], "toy-large"), ("passthrough", PORTS["serve"], "large"),
-                                   ("routed", PORTS["serve"], "routedvlm")):
-            bench(args, venv, port, model, conc, out_dir, f"warmup-{which}-c{conc}", prompts=conc)
+        bench(args, venv, PORTS["serve"], "large", conc, out_dir, f"warmup-c{conc}", prompts=conc)
         for r in range(args.rounds):
             order = ("direct", "passthrough") if r % 2 == 0 else ("passthrough", "direct")
             got, cpu = {}, {}

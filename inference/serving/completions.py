@@ -178,6 +178,10 @@ def plain_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=Non
     except ModeUnavailableError as exc:
         raise APIError(400, str(exc), param="model", code="model_is_remote") from exc
     gen = res.generation
+    if req.logprobs and gen.output_tokens and not gen.token_logprobs:  # a side whose plain calls carry none (HTTP)
+        raise APIError(400, f"`logprobs` are not available from the model {req.model!r} here: it is served by another "
+                       "server, which routedvlm serve passes plain requests through to; ask that server for them.",
+                       param="logprobs", code="unsupported_parameter")
     logprobs = _logprobs(model, gen, req.top_logprobs) if req.logprobs else None
     reasoning_tokens = model.output_reasoning_tokens(gen) if res.reasoning is not None else 0
     use = make_usage(gen.prefill_tokens + gen.cached_tokens, gen.output_tokens, gen.cached_tokens, reasoning_tokens)

@@ -162,8 +162,9 @@ def test_the_demo_and_the_checkpoint_check_ask_the_registry(base_rate_type):
     from routedvlm.training.demo.toy import DemoConfig
 
     assert DEFAULT_ROUTERS == DemoConfig.routers == "lightgbm,lora-probe"  # what the demo trained before: in_demo
-    assert parse_routers("base-rate, knn") == ["base-rate", "knn"]  # any trainable type, a registered one too
-    with pytest.raises(ConfigError, match=r"^The `routers` setting must list router types from 'base-rate', 'knn', "):
-        parse_routers("xgboost")
+    assert parse_routers("lora-probe, lightgbm") == ["lora-probe", "lightgbm"]
+    with pytest.raises(ConfigError, match=r"^The `routers` setting must list router types from 'lightgbm' or "
+                                          r"'lora-probe', comma-separated\. Got 'base-rate' instead\.$"):
+        parse_routers("base-rate")  # registered, but not marked in_demo
     assert [is_rule(n) for n in ("fixed", "mutual-verification", "lightgbm", "base-rate", "unregistered")] == [
         True, True, False, False, False]  # an unregistered type is warned about like a learned one

@@ -18,6 +18,7 @@ import pytest
 from tests.test_docs import DOCS_GEN, README, ROOT
 
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", flags=re.S | re.M)
+COMMAND_LINE = re.compile(r"^([A-Za-z_]\w*=\S*\s+)*(\S*/)?(routedvlm|train-router)(\s|$)")
 PLACEHOLDER_VALUE = re.compile(r"invalid \w+ value: '[A-Z][A-Z0-9_]*'$")  # `--max-image-pixels N`
 ENDS_COMMAND = {"|", "||", "&&", ";", "&", "2>&1"}
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -36,6 +37,8 @@ def commands(md: Path) -> list[list[str]]:
     found = []
     for block in SHELL_BLOCK.findall(md.read_text()):
         for line in _lines(block):
+            if not COMMAND_LINE.match(line):
+                continue
             line = re.sub(r"<[^<>]*>", "PLACEHOLDER", line)  # `--router <a router of that ladder>`
             words = [w.strip("[]") for w in shlex.split(line)]
             while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):  # FOO=bar routedvlm ...

@@ -10,7 +10,7 @@ product's own plotting code, written small into docs/img/:
   its regret exceeds its alpha), gold sent for each: the replay tests/training/test_audit_drift.py checks, without
   running the models (the run with the models is benchmarks/bench_audit_drift.py).
 
-    .venv/bin/python tools/docs_figures.py            # about 40 s on one core; prints what each figure shows
+    .venv/bin/python tools/docs_figures.py   # about 20 s of CPU (two train-router runs); prints what each figure shows
 
 Training is deterministic (seeded split, LightGBM), so a rerun on the same labels gives the same figures up to the
 latencies in the labels, which do not change; the audit draws are seeded.

@@ -54,6 +54,7 @@ ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
                "routedvlm.training.probe.self_probe:train_self_probe", "head.safetensors", modes=("cascade",),
                modes_why="the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first"),
     RouterType("knn", "routedvlm.router.knn:KNNRouter", "routedvlm.training.knn:train_knn", "bank.safetensors"),
+    RouterType("mf", "routedvlm.router.mf:MFRouter", "routedvlm.training.mf:train_mf", "mf.safetensors"),
     RouterType("mutual-verification", "routedvlm.router.baselines:MutualVerificationRouter", None, "none"),
     RouterType("fixed", "routedvlm.router.baselines:FixedRouter", None, "none"),
 )}

@@ -111,3 +111,19 @@ def knn_router(feature_table):
                     features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
                     params={"knn": {"k": 7, "prior": 1.0}})
     return KNNRouter(policy, {"x": x, "y": y, "mean": x.mean(axis=0), "std": x.std(axis=0)})
+
+
+@pytest.fixture(scope="session")
+def mf_router(feature_table):
+    """An MFRouter of rank 2 whose first factor reads the confidence feature: transfers likelier right as it grows."""
+    from routedvlm.router.mf import MFRouter
+
+    x = feature_table[FEATURES].to_numpy(dtype=np.float64)
+    d = len(FEATURES)
+    proj = np.zeros((2, d))
+    proj[0, 1], proj[1, 0] = 1.0, 0.5
+    emb = np.array([[3.0, 0.0], [2.5, 0.2], [2.0, 0.0], [0.0, 0.0]])
+    policy = Policy(router_type="mf", strategies=STRATEGIES, mode="cascade", paid_stages=["large_direct", "small_direct"],
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason", params={"mf": {"rank": 2}})
+    return MFRouter(policy, {"mean": x.mean(axis=0), "std": x.std(axis=0), "proj": proj, "emb": emb,
+                             "bias": np.array([-1.0, 0.0, 0.5, 3.0])})

@@ -20,8 +20,8 @@ from .steps import TrainResult, base_policy, certify_and_evaluate, finish, plan,
 
 log = logging.getLogger(__name__)
 RANK_GRID = (2, 8)
-L2_GRID = (1e-3, 1e-2, 1e-1)
-STEPS, LR, FOLDS = 300, 0.05, 3
+L2_GRID = (1e-2, 1e-1)
+STEPS, LR, FOLDS = 200, 0.05, 3
 
 
 def train_mf(config: TrainConfig, labels: pd.DataFrame, metadata: dict) -> TrainResult:

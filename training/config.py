@@ -47,7 +47,10 @@ class TrainConfig:
     """What train-router does; one field per flag (`target_accuracy` -> `--target-accuracy`)."""
 
     data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
-    router: str = _f("lightgbm", "router type: lightgbm (tabular features), lora-probe (a LoRA adapter + head on the "
+    router: str = _f("lightgbm", "router type: lightgbm (tabular features), lightgbm-pca (LightGBM over the other "
+                                 "features + 8 principal components of the embedding columns, fitted on the training "
+                                 "rows), knn (the k most similar training prompts), mf (matrix factorisation: "
+                                 "sigmoid(<v_s, W x> + b_s)), lora-probe (a LoRA adapter + head on the "
                                  "small VLM that reads the image and question; see training/probe/lora_probe.py) or self-probe "
                                  "(a linear head on the large model's own hidden state of its large_direct pass + the "
                                  "tabular features; cascade only, local large model; see training/probe/self_probe.py)",

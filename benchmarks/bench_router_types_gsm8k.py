@@ -71,10 +71,10 @@ def fit_type(kind: str, split, seed: int):
         from routedvlm.training.lightgbm.trainer import fit_router
         return fit_router(cfg, split, args[0], length, *args[1:])
     if kind == "knn":
-        from routedvlm.training.knn import fit_knn
+        from routedvlm.training.knn.trainer import fit_knn
         return fit_knn(cfg, split, args[0], meaning, *args[1:])
     if kind == "mf":
-        from routedvlm.training.mf import fit_mf
+        from routedvlm.training.mf.trainer import fit_mf
         return fit_mf(cfg, split, args[0], length + meaning, *args[1:])
     from routedvlm.training.lightgbm.reduced import fit_reduced
     return fit_reduced(cfg, split, args[0], length + meaning, *args[1:])

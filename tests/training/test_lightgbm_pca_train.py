@@ -5,10 +5,10 @@ import pytest
 
 from routedvlm.errors import TrainingError
 from routedvlm.training.config import TrainConfig
-from routedvlm.training.lightgbm.reduced import COMPONENTS
 from routedvlm.training.pipeline import train_router
 from routedvlm.training.synthetic import make_synthetic_labels
 
+COMPONENTS = 5  # --pca-components (the default is 8)
 SPEC = {"kind": "sentence", "source": "/enc", "dims": 24, "weights_sha256": "sha256:ab"}
 
 
@@ -25,7 +25,7 @@ def _with_embedding(labels, dims=24, seed=0):
 def pca_run(tmp_path_factory):
     labels = _with_embedding(make_synthetic_labels(900, seed=11))
     config = TrainConfig(router="lightgbm-pca", mode="one-shot", output_dir=str(tmp_path_factory.mktemp("pca")),
-                         no_mlflow=True)
+                         no_mlflow=True, pca_components=COMPONENTS)
     return train_router(config, labels, {"content_hash": "synthetic-11-emb", "encoder": SPEC})
 
 
@@ -35,6 +35,7 @@ def test_a_lightgbm_pca_router_reduces_the_embedding_on_training_rows_and_stores
     router = pca_run.router
     policy = router.policy
     assert policy.router_type == "lightgbm-pca" and policy.params["encoder"] == SPEC
+    assert policy.params["lightgbm-pca"]["pca_components"] == COMPONENTS
     assert len(router.reduction.columns) == 24 and len(router.reduction.names) == COMPONENTS
     assert all(c in policy.features for c in router.reduction.columns)  # the router's inputs are the raw columns
     for booster in router.boosters.values():  # ... the boosters' the components

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from routedvlm.training.config import TrainConfig
-from routedvlm.training.mf import L2_GRID, RANK_GRID, choose, fit_arrays, log_loss
+from routedvlm.training.mf.trainer import L2_GRID, RANK_GRID, choose, fit_arrays, log_loss
 from routedvlm.training.pipeline import train_router
 from routedvlm.training.synthetic import make_synthetic_labels
 

@@ -1,4 +1,4 @@
-"""The `mf` router type's trainer: σ(<v_s, W·z> + b_s) fitted on the training rows by full-batch Adam on the mean log
+"""The `mf` router type's trainer (registered in `routedvlm.router.router_types`; no settings of its own, config.py): σ(<v_s, W·z> + b_s) fitted on the training rows by full-batch Adam on the mean log
 loss over (row, strategy) pairs plus an L2 penalty; the rank and the penalty chosen by 3-fold cross-validation on the
 training rows alone, then refitted on all of them; then the same certification and evaluation as every type
 (steps.py). numpy only (no torch): the model is small and the fit deterministic given the seed.
@@ -12,11 +12,12 @@ import logging
 import numpy as np
 import pandas as pd
 
-from .config import TrainConfig
-from .labels_io import content_hash
-from .meaning import encoder_params
-from .split import split_labels
-from .steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
+from ..config import TrainConfig
+from ..labels_io import content_hash
+from ..meaning import encoder_params
+from ..split import split_labels
+from ..steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
+from . import NAME
 
 log = logging.getLogger(__name__)
 RANK_GRID = (2, 8)
@@ -42,8 +43,8 @@ def fit_mf(config, split, candidates, features, paid, labels_hash, prompt_templa
     rank, l2, loss = choose(x, y, config.seed)
     arrays = fit_arrays(x, y, rank, l2, config.seed)
     log.info("mf: rank %d, l2 %g (3-fold log loss %.4f on %d training rows)", rank, l2, loss, len(x))
-    policy = base_policy(config, split, candidates, features, paid, labels_hash, "mf",
-                         {"mf": {"rank": rank, "l2": l2, "cv_log_loss": loss, "rank_grid": list(RANK_GRID),
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, NAME,
+                         {NAME: {"rank": rank, "l2": l2, "cv_log_loss": loss, "rank_grid": list(RANK_GRID),
                                  "l2_grid": list(L2_GRID), "steps": STEPS, "learning_rate": LR}},
                          prompt_template=prompt_template)
     return MFRouter(policy, arrays)

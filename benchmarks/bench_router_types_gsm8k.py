@@ -80,13 +80,31 @@ def fit_type(kind: str, split, seed: int):
     return fit_reduced(cfg, split, args[0], length + meaning, *args[1:])
 
 
-def one(labels, kind: str, seed: int, share: float) -> dict:
+def auto_share(labels, kind: str, seed: int) -> float:
+    """train-router's --calib-fraction auto for `kind` on this split's seed: the share chosen on the rows that train
+    under every candidate share (training/share.py), never on calibration or test rows."""
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.share import choice_rows, simulate_share
+
+    cfg = TrainConfig(no_mlflow=True, mode="one-shot", seed=seed, calib_fraction="auto")
+    rows = choice_rows(labels, cfg.test_fraction, seed)
+    cols = [c for c in labels.columns if c.startswith("feat__prompt__") and rows[c].nunique() > 1]
+    features = [c for c in cols if "__meaning_" in c] if kind == "knn" else [c for c in cols if "__meaning_" not in c]
+    if kind == "knn":
+        from routedvlm.training.knn.trainer import fit_knn as fit
+    else:
+        from routedvlm.training.lightgbm.trainer import fit_router as fit
+    return simulate_share(cfg, labels, [WEAK, STRONG], features, [], "gsm8k", fit)
+
+
+def one(labels, kind: str, seed: int, share: float | str) -> dict:
     from routedvlm.training.calibration.certify import certify, risk_spec
     from routedvlm.training.calibration.rule_family import Scorer, model_chains
     from routedvlm.training.probability import auroc
     from routedvlm.training.split import split_labels
 
-    split = split_labels(labels, share, 0.2, seed)
+    chosen = auto_share(labels, kind, seed) if share == "auto" else share
+    split = split_labels(labels, chosen, 0.2, seed)
     t0 = time.perf_counter()
     router = fit_type(kind, split, seed)
     fit_s = time.perf_counter() - t0
@@ -96,7 +114,7 @@ def one(labels, kind: str, seed: int, share: float) -> dict:
     p_cal, p_test = router.predict_proba(router._inputs(cal)), router.predict_proba(router._inputs(test))
     s_test = Scorer(router, test, p_test)
     required = float(test[f"correct__{STRONG}"].mean()) - spec.alpha
-    out = {"type": kind, "seed": seed, "share": share, "fit_s": fit_s}
+    out = {"type": kind, "seed": seed, "share": share, "chosen_share": chosen, "fit_s": fit_s}
     for key, target, chains in (("certified", base, None), ("certified_tau", base, ("tau",)),
                                 ("certified_regret", {**base, "loss": "regret"}, None)):
         c = certify(router, cal, train, target, DELTA, proba=p_cal, chains=chains)
@@ -118,7 +136,8 @@ def summarize(rows: list[dict]) -> dict:
     df = pd.DataFrame(rows)
     out = {}
     for (kind, share), g in df.groupby(["type", "share"], sort=False):
-        m = {k: float(g[k].astype(float).mean()) for k in g.columns if k not in ("type", "seed", "share")}
+        m = {k: float(g[k].astype(float).mean()) for k in g.columns if k not in ("type", "seed", "share", "chosen_share")}
+        m["chosen_share_counts"] = {f"{k:g}": int(v) for k, v in g["chosen_share"].value_counts().sort_index().items()}
         m["price"] = m["hindsight_threshold"] - m["certified"]
         m["price_tau"] = m["hindsight_threshold"] - m["certified_tau"]
         m["regret_price_proxy_share"] = m["hindsight_threshold"] - m["hindsight_threshold_regret"]
@@ -127,7 +146,7 @@ def summarize(rows: list[dict]) -> dict:
         m["beats_hindsight_random_splits"] = int((g["certified"] > g["hindsight_random"]).sum())
         m["beats_hindsight_random_tau_splits"] = int((g["certified_tau"] > g["hindsight_random"]).sum())
         m["splits"] = len(g)
-        out[f"{kind} @ {share:g}"] = m
+        out[f"{kind} @ {share}"] = m
     return out
 
 
@@ -135,7 +154,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--encoder", required=True, help="sentence encoder folder (module docstring)")
     ap.add_argument("--splits", type=int, default=50, help="random splits (seeds 0..splits-1)")
-    ap.add_argument("--shares", type=float, nargs="+", default=[0.2], help="calibration shares (test share 0.2)")
+    ap.add_argument("--shares", nargs="+", default=["0.2"], help="calibration shares (test share 0.2), or auto: "
+                    "train-router's --calib-fraction auto (lightgbm and knn)")
     ap.add_argument("--types", default=",".join(TYPES), help="comma-separated router types")
     ap.add_argument("--cache", type=Path, default=Path("runs"), help="folder for the embedding cache")
     ap.add_argument("--out", type=Path, default=None, help="write the per-split rows and the summary as JSON")
@@ -144,10 +164,10 @@ def main(argv=None) -> int:
     labels = with_embedding(load_labels(), args.encoder, args.cache)
     rows = []
     for seed in range(args.splits):
-        for share in args.shares:
+        for share in [x if x == "auto" else float(x) for x in args.shares]:
             for kind in args.types.split(","):
                 rows.append(one(labels, kind, seed, share))
-        print(f"split {seed}: " + ", ".join(f"{r['type']}@{r['share']:g} {r['certified']:.3f}/{r['hindsight_threshold']:.3f}"
+        print(f"split {seed}: " + ", ".join(f"{r['type']}@{r['share']} {r['certified']:.3f}/{r['hindsight_threshold']:.3f}"
                                              for r in rows if r["seed"] == seed), file=sys.stderr, flush=True)
         if args.out:
             args.out.write_text(json.dumps({"summary": summarize(rows), "splits": rows}, indent=1) + "\n")

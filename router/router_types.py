@@ -71,7 +71,7 @@ ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
                "head.safetensors", "routedvlm.training.probe.config:SelfProbeConfig", modes=("cascade",),
                modes_why="the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first"),
     RouterType("knn", "routedvlm.router.knn:KNNRouter", "routedvlm.training.knn.trainer:train_knn", "bank.safetensors",
-               "routedvlm.training.knn.config:KNNConfig"),
+               "routedvlm.training.knn.config:KNNConfig", chooses_share=True),
     RouterType("mf", "routedvlm.router.mf:MFRouter", "routedvlm.training.mf.trainer:train_mf", "mf.safetensors",
                "routedvlm.training.mf.config:MFConfig", requirements=("safetensors",)),
     RouterType("mutual-verification", "routedvlm.router.baselines:MutualVerificationRouter", None, "none"),

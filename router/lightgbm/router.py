@@ -82,10 +82,13 @@ class LightGBMRouter(Router):
         return pd.DataFrame(out, index=features.index, columns=self.policy.strategies)
 
     def _proba_row(self, row: dict) -> dict[str, float]:
-        if self._fast is not None:  # one C call per booster (router/lightgbm/fast.py)
+        return self._proba_plan(row, self._decision_plan())
+
+    def _proba_plan(self, row: dict, plan) -> dict[str, float]:
+        if self._fast is not None:  # one C call for every booster (router/lightgbm/fast.py)
             try:
-                probs = self._fast.predict([row[f] for f in self.policy.features])  # ints and floats as they are
-            except TypeError:  # None, numeric strings, numpy integers: converted one by one
+                probs = self._fast.predict(plan.values(row))  # ints and floats as they are
+            except TypeError:  # None, numeric strings: converted one by one
                 probs = self._fast.predict(self._values(row))
             out = dict(zip(self._modelled, probs))
             if len(out) == len(self.policy.strategies):

@@ -39,7 +39,13 @@ def _values_getter(names: list[str]) -> Callable:
 
 
 class Router(ABC):
-    """features -> P(correct) per candidate strategy -> Decision, under `self.policy`."""
+    """features -> P(correct) per candidate strategy -> Decision, under `self.policy`.
+
+    `bounded_decision` (class attribute): whether `decide()` provably returns in a time bounded by the router's own
+    size, with no model call, I/O or lock held elsewhere (a fixed rule; LightGBM trees checked to be trees at load).
+    RoutedVLM runs such a decision in the request's thread; any other runs under its decision deadline."""
+
+    bounded_decision = False
 
     def __init__(self, policy: Policy):
         if not isinstance(policy, Policy):

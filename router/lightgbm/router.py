@@ -24,6 +24,8 @@ class LightGBMRouter(Router):
     """`boosters` maps strategy -> lightgbm.Booster; strategies without a booster need a constant in
     `policy.params["constants"]` ({strategy: probability})."""
 
+    bounded_decision = True  # a walk of trees checked to be trees (trees.py): as many steps as the model has nodes
+
     def __init__(self, policy: Policy, boosters: dict | None = None):
         boosters = dict(boosters or {})
         constants = {s: float(v) for s, v in dict(policy.params.get("constants", {})).items()}

@@ -31,10 +31,9 @@ from .encoders import encoder_for_policy
 from .encoders.state import state_for_policy
 from .features import compute_features
 from .pipeline_parts import Result
-from .threads import parallel, shared_pool
+from .threads import parallel
 from .router_health import RouterHealth
 
-PROMPT_PREFIX = "feat__prompt__"
 _TIME_KEYS = ("vision_ms", "prefill_ms", "prefill_tokens", "cached_tokens", "decode_ms", "decode_tokens")
 
 
@@ -122,25 +121,17 @@ class PolicyRunner:
         return ran
 
     # ---- decision ----
-    def _decide(self, router, req, ran, deadline=None, prompt=None):
+    def _decide(self, router, req, ran, deadline=None):
         """The policy's decision once its stages are paid (`router.ladder.next_action`, which answers when nothing is
         left to pay): (decision, features, features ms, decision ms). `deadline`: a DecisionDeadline the router's
-        scoring runs under (features and model-based inputs are model calls, under the request's own deadline).
-        `prompt`: the future of the prompt features computed while the stages ran (`_prompt_features`)."""
+        scoring runs under (features and model-based inputs are model calls, under the request's own deadline)."""
         t0 = time.perf_counter()
         images = [] if req.image is None else [req.image]  # a text-only chat: image features say there is no image
         if router.policy.params.get("encoder"):  # meaning features: the encoder the router names, loaded once, verified
             encoder_for_policy(router.policy.params)
         if router.policy.params.get("state"):  # the small VLM's state features, registered (attach_router verified)
             state_for_policy(router.policy.params)
-        names = router.policy.decision_features
-        if prompt is not None:
-            done = prompt.result()
-            rest = compute_features(req.question, images, {n: ran[n] for n in ran},
-                                    names=[n for n in names if n not in done])
-            feats = {n: done[n] if n in done else rest[n] for n in names}
-        else:
-            feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=names)
+        feats = compute_features(req.question, images, {n: ran[n] for n in ran}, names=router.policy.decision_features)
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
         inputs, paid = {**feats, **extra}, list(ran)
@@ -162,12 +153,10 @@ class PolicyRunner:
         ran: dict[str, Result] = {}
         router, error, used_fallback = self.router, self.router_error, self.router is None
         if router is not None:
-            stages = self.stages_for(router)
-            prompt = _prompt_features(router, req) if stages else None  # computed while the first stages run
             with away:
-                self._run_stages(req, stages, ran)  # a model failure here is not the router's
+                self._run_stages(req, self.stages_for(router), ran)  # a model failure here is not the router's
             try:
-                decision, feats, f_ms, d_ms = self._decide(router, req, ran, self.deadline, prompt)
+                decision, feats, f_ms, d_ms = self._decide(router, req, ran, self.deadline)
                 self.health.success()
             except Exception as exc:  # a router must never fail the request
                 error = self.health.failure(exc)
@@ -202,19 +191,6 @@ class PolicyRunner:
         if strat.is_transfer and paid is not None:  # two-stage: the answering model continues its paid prefix
             return self.pipeline.escalate(paid, strat.keep_tokens, source=strat.source)
         return self.pipeline.run_strategy(req, strat)
-
-
-def _prompt_features(router, req):
-    """A future of `router`'s prompt features (question and image statistics: no stage needed), computed on the shared
-    pool while the request's first model stages run, so they leave the request's critical path; None when it reads
-    none. The wait for it, if the stages finished first, counts as overhead."""
-    names = [n for n in router.policy.decision_features if n.startswith(PROMPT_PREFIX)]
-    if not names:
-        return None
-    images = [] if req.image is None else [req.image]
-    for im in images:
-        im.load()  # a lazily read file is read here, not by two threads at once (the model's processor reads it too)
-    return shared_pool().submit(compute_features, req.question, images, {}, names)
 
 
 class _Stopwatch:

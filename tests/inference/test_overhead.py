@@ -50,22 +50,3 @@ def test_the_overhead_histogram_counts_each_answered_request():
     assert 'routedvlm_overhead_seconds_bucket{le="0.0003"} 1.0' in text
     assert 'routedvlm_overhead_seconds_bucket{le="0.005"} 2.0' in text
     assert "routedvlm_overhead_seconds_count 2.0" in text
-
-
-def test_a_cascade_computes_its_prompt_features_while_its_first_stages_run(pipe, images, monkeypatch):
-    """The prompt features need no stage: a cascade computes them on the shared pool during large_direct, so they
-    leave the request's critical path; the trace still holds every feature, equal to computing them in line."""
-    import threading
-
-    from routedvlm.inference import features as F
-    from routedvlm.inference.routed import RoutedVLM
-
-    where, real = [], F.FEATURES["feat__prompt__question_chars"]
-    monkeypatch.setitem(F.FEATURES, "feat__prompt__question_chars",
-                        lambda ctx: where.append(threading.current_thread()) or real(ctx))
-    out = RoutedVLM(pipe, every_feature_router("transfer_8"))(image=images["wide"], question=Q)
-    assert where and where[0] is not threading.current_thread()
-    ran = {r["stage"]: r for r in out.trace}
-    assert {"large_direct", "small_direct"} <= set(ran)
-    want = F.compute_features(Q, [images["wide"]], {}, [n for n in out.decision["features"] if "__prompt__" in n])
-    assert {n: v for n, v in out.decision["features"].items() if "__prompt__" in n} == want

@@ -71,8 +71,8 @@ class Router(ABC):
     def _decision_plan(self) -> DecisionPlan:
         """The policy as `decide()` reads it, rebuilt only when a field it depends on changed: the fields are compared
         by value with copies taken when it was built (a policy edited in place is seen), a few C-level comparisons."""
-        p = self.policy
-        if (p.tau, p.fallback, p.rule, p.expected_cost_ms, p.strategies, p.features) != self._plan_key:
+        p, built = self.policy, getattr(self, "_plan_key", None)  # None too for a subclass that skipped __init__
+        if (p.tau, p.fallback, p.rule, p.expected_cost_ms, p.strategies, p.features) != built:
             key = (p.tau, p.fallback, dict(p.rule), dict(p.expected_cost_ms), list(p.strategies), list(p.features))
             rule = p.decision_rule
             self._plan = DecisionPlan(rule, uses_model(rule), frozenset(p.decision_features), list(self._cost_order()),

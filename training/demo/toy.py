@@ -19,6 +19,7 @@ from routedvlm.errors import ConfigError, RouterError
 from routedvlm.router.checkpoints import portable_path
 from routedvlm.router.strategies import LARGE_REASON
 
+from .routers import DEFAULT_ROUTERS, FULL_ROUTERS
 from .label_source import BUNDLED_N_LABEL, _fresh, label_split  # noqa: F401 - _fresh, label_split: used by ladder.py too
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
 DEFAULT_TARGET, QUICK_TARGET = 0.95, 0.7
-DEFAULT_ROUTERS, FULL_ROUTERS = "lightgbm", "lightgbm,lora-probe"  # the default run stays within minutes  # --quick: 20 calibration rows certify 0.7 of the best, not 0.95
+# --quick: 20 calibration rows certify 0.7 of the best, not 0.95
 
 
 def _f(default, help: str):

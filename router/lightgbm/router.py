@@ -27,6 +27,8 @@ class LightGBMRouter(Router):
     """`boosters` maps strategy -> lightgbm.Booster; strategies without a booster need a constant in
     `policy.params["constants"]` ({strategy: probability}). `reduction`: the transform before the boosters, if any."""
 
+    bounded_decision = True  # a walk of trees checked to be trees (trees.py): as many steps as the model has nodes
+
     def __init__(self, policy: Policy, boosters: dict | None = None, reduction: Reduction | None = None):
         boosters = dict(boosters or {})
         constants = {s: float(v) for s, v in dict(policy.params.get("constants", {})).items()}
@@ -94,16 +96,19 @@ class LightGBMRouter(Router):
                 for s in self.policy.strategies}
 
     def _proba_row(self, row: dict) -> dict[str, float]:
+        return self._proba_plan(row, self._decision_plan())
+
+    def _proba_plan(self, row: dict, plan) -> dict[str, float]:
         if self.reduction is not None:  # the components first, then the boosters (their fast path when there is one)
             x = self.reduction.model_matrix(list(self.policy.features), np.array([self._values(row)], dtype=np.float64))
             if self._fast is None:
                 return {s: float(v[0]) for s, v in self.predict_matrix(x).items()}
             out = dict(zip(self._modelled, self._fast.predict(x[0].tolist())))
             return {s: out[s] if s in out else self.constants[s] for s in self.policy.strategies}
-        if self._fast is not None:  # one C call per booster (router/lightgbm/fast.py)
+        if self._fast is not None:  # one C call for every booster (router/lightgbm/fast.py)
             try:
-                probs = self._fast.predict([row[f] for f in self.policy.features])  # ints and floats as they are
-            except TypeError:  # None, numeric strings, numpy integers: converted one by one
+                probs = self._fast.predict(plan.values(row))  # ints and floats as they are
+            except TypeError:  # None, numeric strings: converted one by one
                 probs = self._fast.predict(self._values(row))
             out = dict(zip(self._modelled, probs))
             if len(out) == len(self.policy.strategies):
@@ -141,7 +146,7 @@ class LightGBMRouter(Router):
 
     @classmethod
     def _check_unverified(cls, directory: Path, files: list[str], why: str | None = None) -> None:
-        from ..integrity import UNHASHED, lightgbm_child
+        from .child_check import UNHASHED, lightgbm_child
 
         lightgbm_child([directory / f for f in files], why or UNHASHED)
 
@@ -152,7 +157,7 @@ class LightGBMRouter(Router):
         from ..integrity import read_verified
 
         if policy.format_version >= 2:  # a damaged file whose digest was re-computed must not abort or hang us
-            from ..integrity import HASHED
+            from .child_check import HASHED
 
             cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())), HASHED)
         reduction = None

@@ -46,6 +46,11 @@ class Router(ABC):
     RoutedVLM runs such a decision in the request's thread; any other runs under its decision deadline."""
 
     bounded_decision = False
+    _own_check = False  # True for a type that overrides check_features (it needs inputs beyond the features)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._own_check = cls.check_features is not Router.check_features
 
     def __init__(self, policy: Policy):
         if not isinstance(policy, Policy):
@@ -118,8 +123,8 @@ class Router(ABC):
         if not isinstance(features, dict):
             raise RouterError(f"decide() takes a dict of features. Got {type(features).__name__}; use decide_batch for a DataFrame.")
         plan = self._decision_plan()
-        if not features.keys() >= plan.needed:
-            self.check_features(features)  # names the missing ones
+        if self._own_check or not features.keys() >= plan.needed:
+            self.check_features(features)  # names the missing ones (a probe's image or hidden state too)
         p = self._proba_plan(features, plan) if plan.uses_model else {}
         strategy, reason = apply_rule_one(plan.rule, p, features, plan.order, plan.costs, plan.fallback)
         return Decision(strategy, keep_tokens_of(strategy), p, reason)

@@ -124,6 +124,65 @@ def test_table_side_by_side_with_the_probe_cost(probe_run):
 
 
 @pytest.mark.slow
+def test_probe_is_charged_its_pass_on_the_labels_clock(probe_run, probe_data):
+    """Issue 37: the probe's pass is charged at its cost measured side by side with a stage the labels measured (their
+    small_direct, re-run through the labeller's pipeline), scaled to the labels' latency of it - not the time of the
+    pass in train-router's process alone, and not a constant."""
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.split import split_labels
+
+    ev, policy = probe_run.evaluation, probe_run.router.policy
+    clock = ev["probe"]["clock"]
+    assert clock["reference_stage"] == "small_direct" and clock["rows"] > 0
+    train = split_labels(load_labels(probe_data["labels"])[0], 0.25, 0.25, 0).train
+    assert clock["reference_labels_ms"] == pytest.approx(float(np.median(train["latency_ms__small_direct"])))
+    assert clock["ratio"] == pytest.approx(clock["own_ms_here"] / clock["reference_ms_here"])
+    assert ev["probe"]["cost_ms_mean"] == pytest.approx(clock["ratio"] * clock["reference_labels_ms"])
+    assert policy.metrics["probe_cost_ms_mean"] == pytest.approx(ev["probe"]["cost_ms_mean"])
+    assert policy.params["probe_ms"]["charged"] == pytest.approx(ev["probe"]["cost_ms_mean"])
+    assert "on the labels' clock" in probe_run.table
+
+
+def test_probe_cost_arithmetic_on_a_hand_clock():
+    """Worked example: the probe takes 3 ticks where the reference stage takes 10 (ratio 0.3); the labels measured the
+    reference at a median 200 ms, so the probe is charged 60 ms, and 600 ms on labels measured 10x slower."""
+    import pandas as pd
+
+    from routedvlm.training.probe.cost import charged_ms, reference_stage, timed_side_by_side
+
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def advance(ticks):
+        return lambda row: now.__setitem__(0, now[0] + ticks / 1000)
+
+    own, ref = timed_side_by_side(advance(3), advance(10), range(5), clock=clock)
+    assert list(own) == pytest.approx([3] * 5) and list(ref) == pytest.approx([10] * 5)
+    ratio = float(np.median(own) / np.median(ref))
+    labels = pd.DataFrame({"latency_ms__small_direct": [100.0, 200.0, 300.0, float("nan")]})
+    assert reference_stage(labels) == "small_direct"
+    assert charged_ms(ratio, labels, "small_direct") == pytest.approx(60.0)
+    slow = labels * 10
+    assert charged_ms(ratio, slow, "small_direct") == pytest.approx(600.0)
+    assert reference_stage(pd.DataFrame({"latency_ms__large_direct": [1.0]})) is None
+
+
+def test_probe_cost_uses_the_clock_when_it_has_one():
+    from types import SimpleNamespace
+
+    from routedvlm.training.probe.evaluate import probe_cost
+
+    own = np.array([4.0, 5.0, 6.0])
+    one_shot, shared = SimpleNamespace(paid_stages=[]), SimpleNamespace(paid_stages=["small_direct"])
+    clock = {"reference_stage": "small_direct", "own_charged_ms": 60.0, "shared_charged_ms": 7.0}
+    assert list(probe_cost(one_shot, own, 2.0, clock)) == [60.0] * 3
+    assert list(probe_cost(shared, own, 2.0, clock)) == [7.0] * 3
+    assert list(probe_cost(one_shot, own, 2.0, {"reference_stage": None})) == [5.0] * 3  # timed here, said so
+
+
+@pytest.mark.slow
 def test_checkpoints_and_resume(probe_run, probe_data, tmp_path):
     from routedvlm.training.probe.lora_probe import train_probe
 

@@ -282,6 +282,45 @@ def test_cli_trains_registers_and_loads_the_probe(probe_data, tmp_path, monkeypa
     assert "peft==" in reqs and "torch==" in reqs and "lightgbm==" in reqs
 
 
+@pytest.mark.slow
+def test_registry_compares_a_challenger_with_a_lora_probe_champion(probe_data, tmp_path, monkeypatch, capsys):
+    """Issue 37: a LightGBM challenger registered under a LoRA-probe champion is compared with it (it used to fail:
+    "needs the sample's image"), on rows neither router was trained or calibrated on, the images reloaded."""
+    from mlflow import MlflowClient
+
+    from routedvlm.cli import main
+    from routedvlm.router.load import load_router
+    from routedvlm.training.champion import comparison_rows
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.pipeline import train_router
+    from routedvlm.training.split import split_labels
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    common = ["--data", str(probe_data["labels"]), "--strategies", ",".join(STRATEGIES), "--num-boost-round", "20",
+              "--calib-fraction", "0.25", "--test-fraction", "0.25", "--register-as", "mixed", "--min-accuracy", "0.5"]
+    assert main(["train", "--router", "lora-probe", "--base", str(probe_data["base"]), "--epochs", "1", "--lora-r", "2",
+                 "--output-dir", "probe", *common]) == 0
+    assert "registered mixed version 1 (champion: no champion yet)" in capsys.readouterr().out
+    assert main(["train", "--seed", "1", "--output-dir", "lgbm", *common]) == 0
+    out = capsys.readouterr().out
+    assert "registered mixed version 2 (" in out and "re-evaluated on" in out and "not comparable" not in out
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    decision = MlflowClient(tracking_uri=uri).get_model_version("mixed", "2").tags["routedvlm.champion_decision"]
+    assert "neither router was trained or calibrated on" in decision and "'image'" in decision
+
+    # the rows: in this run's test split and in the champion's (seed 0), never in either's train/calibration rows
+    labels = load_labels(probe_data["labels"])[0]
+    challenger = train_router(_config(tmp_path / "again", probe_data, router="lightgbm", seed=1))
+    champ = load_router("models:/mixed@champion", tracking_uri=uri)
+    rows, where = comparison_rows(champ, challenger)
+    theirs, mine = split_labels(labels, 0.25, 0.25, 0), split_labels(labels, 0.25, 0.25, 1)
+    ids = set(rows["sample_id"])
+    assert ids and ids <= set(theirs.test["sample_id"]) & set(mine.test["sample_id"])
+    assert ids == set(theirs.test["sample_id"]) & set(mine.test["sample_id"])
+    assert rows["image"].notna().all() and len(champ.choices(rows)) == len(rows)
+
+
 def probe_data_rows(probe_data, n):
     from routedvlm.training.labels_io import load_labels
 

@@ -97,6 +97,13 @@ def small_pipeline(small_path: Path, metadata: dict):
     return CollaborativePipeline(side, side, config=PipelineConfig(**gen)), side
 
 
+def run_small_stage(pipe, image, question: str, stage: str):
+    """One stage of `small_pipeline`'s pipeline on an image (PIL, path or bytes) and a question: the labeller's call."""
+    from routedvlm.inference.inputs import load_image
+
+    return pipe.run(load_image(image), question, stage)
+
+
 def add_state_features(labels_path, out=None, *, small=None, dataset=None, layer: int = -1, dims: int = 16,
                        seed: int = 0, progress: bool = False) -> Path:
     """Write `labels_path` plus the state columns to `out` (default: in place, atomically); returns `out`."""

@@ -59,9 +59,8 @@ def on_labels_clock(net, split, metadata: dict, base, *, shared_ms: float, n: in
     """Price the probe's own pass (and its shared pass, `shared_ms` measured by the caller in this process) on the
     labels' clock. Returns {reference_stage, ratio, shared_ratio, own_ms_here, reference_ms_here, reference_labels_ms,
     own_charged_ms, shared_charged_ms, rows}; reference_stage None (and why) when it cannot."""
-    from routedvlm.data.labels.add_features import small_pipeline
+    from routedvlm.data.labels.add_features import run_small_stage, small_pipeline
     from routedvlm.errors import RoutedVLMError
-    from routedvlm.inference.inputs import load_image
 
     stage = reference_stage(split.train)
     if stage is None or base is None:
@@ -76,7 +75,7 @@ def on_labels_clock(net, split, metadata: dict, base, *, shared_ms: float, n: in
         return {"reference_stage": None, "why": f"the small model could not be run here ({exc})"}
     try:
         own, ref = timed_side_by_side(lambda r: net.p_correct(r),
-                                      lambda r: pipe.run(load_image(r["image"]), r["question"], stage), rows)
+                                      lambda r: run_small_stage(pipe, r["image"], r["question"], stage), rows)
     finally:
         side.close()
     ratio = float(np.median(own) / np.median(ref))

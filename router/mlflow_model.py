@@ -82,7 +82,7 @@ def default_pip_requirements(router_type: str | None = None) -> list[str]:
     from importlib.metadata import PackageNotFoundError, version
 
     reqs = []
-    names = ("mlflow-skinny", "lightgbm", "pandas", "numpy")
+    names = ("mlflow-skinny", "pandas", "numpy")  # a type's own packages (LightGBM's, a probe's) are its `requirements`
     for name in names + type_facts(router_type).requirements:
         try:
             reqs.append(f"{name}=={version(name)}")

@@ -33,7 +33,7 @@ def champion_utility(name: str, result) -> tuple[float | None, str, float]:
             raise KeyError(where)
         theirs = _utility_on(champ, rows, ev, "champion")
         if len(rows) == len(result.test):
-            return theirs, f"version {mv.version} re-evaluated on this test split ({where})", ev["utility"]
+            return theirs, f"version {mv.version} re-evaluated on this test split: {where}", ev["utility"]
         mine = _utility_on(result.router, rows, ev, "challenger")
         return theirs, (f"version {mv.version} re-evaluated on {len(rows)} of this split's {len(result.test)} test "
                         f"rows, {where}"), mine
@@ -61,7 +61,7 @@ def comparison_rows(champ, result):
         if theirs is None:
             return None, "the champion was trained on these labels but its split cannot be recomputed"
         rows = rows[rows["sample_id"].astype(str).isin(theirs)]
-        where = "rows neither router was trained or calibrated on (the champion's split recomputed)"
+        where = "rows neither router was trained or calibrated on, the champion's split recomputed"
         if len(rows) == 0:
             return None, "every test row of this split trained or calibrated the champion"
     else:

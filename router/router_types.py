@@ -22,11 +22,14 @@ class RouterType:
     """One router type. `runtime`: its Router subclass; `trainer`: `train(config, labels, metadata) -> TrainResult`
     in routedvlm.training, None for a rule with nothing to learn; `files`: the model files of its artifact. Its facts,
     which nothing outside the registry spells by type name: `requirements` (pip packages a served model needs beyond
-    mlflow, pandas and numpy), `inputs` (runtime input columns beyond the feature columns, strings), `code` (routedvlm
+    BASE_REQUIREMENTS), `inputs` (runtime input columns beyond the feature columns, strings), `code` (routedvlm
     packages its logged code needs beyond errors and router), `calibration_data` (takes fresh calibration rows,
     `--calibration-data`), `chooses_share` (its trainer chooses `--calib-fraction auto` by simulating the split; every
     other type takes the default share), `modes` (the training modes it supports, None: all) with `modes_why`,
-    `config` (its settings dataclass, "module:attribute" in routedvlm.training; None: no settings of its own).
+    `config` (its settings dataclass, "module:attribute" in routedvlm.training; None: no settings of its own),
+    `small_prefill` (it reads the small VLM's direct-mode prefill, so a cascade's small_direct features cost it no
+    extra pass), `in_demo` (`routedvlm demo --full` and `--quick` train it), `demo_default` (the default `routedvlm
+    demo`, a run of minutes, trains it).
     `learned`: it has a trainer (a rule router learns nothing and reads no checkpoints)."""
 
     name: str
@@ -41,6 +44,9 @@ class RouterType:
     chooses_share: bool = False
     modes: tuple | None = None
     modes_why: str = ""
+    small_prefill: bool = False
+    in_demo: bool = False
+    demo_default: bool = False
 
     def router_class(self):
         """The Router subclass (imported now); RouterLoadError when its dependencies are missing."""
@@ -59,11 +65,11 @@ class RouterType:
 ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
     RouterType("lightgbm", "routedvlm.router.lightgbm:LightGBMRouter", "routedvlm.training.lightgbm.trainer:train_lightgbm",
                "model_<strategy>.txt (LightGBM text models)", "routedvlm.training.lightgbm.config:LightGBMConfig",
-               requirements=("lightgbm",), calibration_data=True, chooses_share=True),
+               calibration_data=True, chooses_share=True, in_demo=True, demo_default=True),
     RouterType("lora-probe", "routedvlm.router.lora_probe:LoRAProbeRouter", "routedvlm.training.probe.lora_probe:train_probe",
                "adapter/ (peft LoRA), head.safetensors", "routedvlm.training.probe.config:LoRAProbeConfig",
                requirements=("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers"),
-               inputs=("question", "image"), code=("inference",)),
+               inputs=("question", "image"), code=("inference",), small_prefill=True, in_demo=True),
     RouterType("self-probe", "routedvlm.router.self_probe:SelfProbeRouter", "routedvlm.training.probe.self_probe:train_self_probe",
                "head.safetensors", "routedvlm.training.probe.config:SelfProbeConfig", modes=("cascade",),
                modes_why="the self-probe reads the large_direct pass, which only `mode` 'cascade' pays first"),
@@ -73,6 +79,7 @@ ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
     RouterType("fixed", "routedvlm.router.baselines:FixedRouter", None, "none"),
 )}
 DEFAULT_TYPE = "lightgbm"  # what train-router trains without --router
+BASE_REQUIREMENTS = ("mlflow-skinny", "lightgbm", "pandas", "numpy")  # pinned for every logged router (mlflow_model.py)
 
 
 def register_router_type(entry: RouterType) -> RouterType:
@@ -107,6 +114,13 @@ def type_facts(name) -> RouterType:
     """The registered type `name`'s entry, or an entry declaring no facts for a name that is not registered (a
     policy of an unknown type is refused where it is loaded, not here)."""
     return ROUTER_TYPES.get(name) or RouterType(str(name), "", None, "")
+
+
+def is_rule(name) -> bool:
+    """Whether `name` is a registered type with nothing to learn (a fixed rule: no trainer, no checkpoints read); an
+    unregistered name is not."""
+    entry = ROUTER_TYPES.get(name)
+    return entry is not None and not entry.learned
 
 
 def router_class(name: str):

@@ -71,7 +71,7 @@ def add_flags(parser, dataclass_fields, seen: set, also: dict | None = None) -> 
             conv = f.metadata["conv"] if callable(f.metadata["conv"]) else getattr(configmod, f.metadata["conv"])
         choices = f.metadata.get("choices")
         kw = {"choices": tuple(choices() if callable(choices) else choices)} if choices is not None else {}
-        shown = f" (default: {default})" if default not in (None, False) else ""
+        shown = f" (default: {default})" if default is not None and default is not False else ""  # 0 is shown
         parser.add_argument(flag, *f.metadata.get("aliases", ()), type=conv, default=default, help=help_text + shown, **kw)
 
 

@@ -12,7 +12,9 @@ from routedvlm.router.policy import FORMAT_VERSION
 def make_router(lgbm_router, request):
     factories = {
         "lightgbm": lambda: lgbm_router,
+        "lightgbm-pca": lambda: request.getfixturevalue("lgbm_pca_router"),
         "knn": lambda: request.getfixturevalue("knn_router"),
+        "mf": lambda: request.getfixturevalue("mf_router"),
         "lora-probe": lambda: request.getfixturevalue("probe_router"),
         "self-probe": lambda: request.getfixturevalue("self_probe_router"),
         "mutual-verification": lambda: MutualVerificationRouter(keep_tokens=32),

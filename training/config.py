@@ -105,7 +105,7 @@ class TrainConfig:
     output_dir: str | None = _f(None, "folder for router/, evaluation.json and curve.png (default runs/router-<timestamp>)")
     calib_fraction: float | str = _f(0.2, "share of rows for the calibration split, or auto: chosen among 0.2, 0.3 "
                                           "and 0.4 by simulating train-router on the rows that train under every "
-                                          "one of them (never on calibration or test rows; lightgbm router; "
+                                          "one of them (never on calibration or test rows; lightgbm and knn routers; "
                                           "docs/training.md), recorded in policy.json (params.calibration_share)",
                                      aliases=("--calibration-share",), conv="share")
     calibration_data: str | None = _f(None, "labels.parquet whose rows are the calibration split instead (fresh rows, "

@@ -128,7 +128,7 @@ def promote(config, result, version: str, alias: str, ledger: dict | None = None
     from .champion import champion_utility
 
     client = MlflowClient()
-    name, mine = config.register_as, result.evaluation["utility"]
+    name = config.register_as
     cert = result.evaluation.get("certificate") or {}
     never = _never_champion(result, cert, ledger)
     if never:  # never champion, not even with --promote
@@ -136,7 +136,7 @@ def promote(config, result, version: str, alias: str, ledger: dict | None = None
             client.set_model_version_tag(name, version, "routedvlm.certified", "false")
         client.set_model_version_tag(name, version, DECISION_TAG, "not champion: " + never)
         return {"registered_as": name, "version": version, "champion": False, "champion_reason": never}
-    theirs, how = champion_utility(name, result)
+    theirs, how, mine = champion_utility(name, result)
     won = config.promote or theirs is None or mine > theirs
     if won:
         why = "--promote" if config.promote else (how if theirs is None else f"utility {mine:.4g} > {theirs:.4g} ({how})")

@@ -81,7 +81,9 @@ def state_frame(pipe, state, questions, images, progress: bool = False):
     return pd.DataFrame(rows, columns=state.names), answers
 
 
-def _pipeline(small_path: Path, metadata: dict):
+def small_pipeline(small_path: Path, metadata: dict):
+    """(a pipeline whose only side is the small model, as the labels' run configured it; that side), not started:
+    the labeller's stage code, for recomputing or re-timing the small model's stages."""
     from routedvlm.inference import CollaborativePipeline
     from routedvlm.inference.pipeline_parts import PipelineConfig
     from routedvlm.inference.prompts import PromptConfig
@@ -93,6 +95,13 @@ def _pipeline(small_path: Path, metadata: dict):
     gen = {k: v for k, v in (metadata.get("generation") or {}).items() if k in
            ("max_direct_tokens", "max_reason_tokens", "min_new_tokens", "min_reason_tokens")}
     return CollaborativePipeline(side, side, config=PipelineConfig(**gen)), side
+
+
+def run_small_stage(pipe, image, question: str, stage: str):
+    """One stage of `small_pipeline`'s pipeline on an image (PIL, path or bytes) and a question: the labeller's call."""
+    from routedvlm.inference.inputs import load_image
+
+    return pipe.run(load_image(image), question, stage)
 
 
 def add_state_features(labels_path, out=None, *, small=None, dataset=None, layer: int = -1, dims: int = 16,
@@ -109,7 +118,7 @@ def add_state_features(labels_path, out=None, *, small=None, dataset=None, layer
     small_path = small_checkpoint(metadata, small)
     state = StateFeatures.from_checkpoint(small_path, layer=layer, dims=dims, seed=seed)
     images = _images(labels, metadata, dataset)
-    pipe, side = _pipeline(small_path, metadata)
+    pipe, side = small_pipeline(small_path, metadata)
     enable_state(state, side)
     t0 = time.perf_counter()
     try:

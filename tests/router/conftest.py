@@ -111,3 +111,41 @@ def knn_router(feature_table):
                     features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason",
                     params={"knn": {"k": 7, "prior": 1.0}})
     return KNNRouter(policy, {"x": x, "y": y, "mean": x.mean(axis=0), "std": x.std(axis=0)})
+
+
+@pytest.fixture(scope="session")
+def mf_router(feature_table):
+    """An MFRouter of rank 2 whose first factor reads the confidence feature: transfers likelier right as it grows."""
+    from routedvlm.router.mf import MFRouter
+
+    x = feature_table[FEATURES].to_numpy(dtype=np.float64)
+    d = len(FEATURES)
+    proj = np.zeros((2, d))
+    proj[0, 1], proj[1, 0] = 1.0, 0.5
+    emb = np.array([[3.0, 0.0], [2.5, 0.2], [2.0, 0.0], [0.0, 0.0]])
+    policy = Policy(router_type="mf", strategies=STRATEGIES, mode="cascade", paid_stages=["large_direct", "small_direct"],
+                    features=FEATURES, expected_cost_ms=COSTS, tau=0.6, fallback="large_reason", params={"mf": {"rank": 2}})
+    return MFRouter(policy, {"mean": x.mean(axis=0), "std": x.std(axis=0), "proj": proj, "emb": emb,
+                             "bias": np.array([-1.0, 0.0, 0.5, 3.0])})
+
+
+@pytest.fixture(scope="session")
+def lgbm_pca_router(feature_table):
+    """A lightgbm-pca router: the first two features reduced to one principal component (fitted on the table), the
+    boosters on the third feature + that component; transfers right above a confidence threshold, as lgbm_router."""
+    import lightgbm
+
+    from routedvlm.router.lightgbm.reduce import fit_pca
+
+    reduction = fit_pca(feature_table[FEATURES[:2]].to_numpy(dtype=np.float64), FEATURES[:2], 1)
+    x = reduction.model_matrix(FEATURES, feature_table[FEATURES].to_numpy(dtype=np.float64))
+    conf = feature_table[FEATURES[1]].to_numpy()
+    boosters = {}
+    for s, thr in {"large_direct": 0.7, "transfer_16": 0.45, "transfer_64": 0.25}.items():
+        params = {"objective": "binary", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5, "seed": 0}
+        data = lightgbm.Dataset(x, (conf > thr).astype(int), feature_name=reduction.model_names(FEATURES))
+        boosters[s] = lightgbm.train(params, data, num_boost_round=15)
+    policy = Policy(router_type="lightgbm-pca", strategies=STRATEGIES, mode="cascade",
+                    paid_stages=["large_direct", "small_direct"], features=FEATURES, expected_cost_ms=COSTS, tau=0.6,
+                    fallback="large_reason", params={"constants": {"large_reason": 0.97}})
+    return LightGBMRouter(policy, boosters, reduction)

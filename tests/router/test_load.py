@@ -38,7 +38,7 @@ def test_load_errors(lgbm_router, tmp_path):
     folder = lgbm_router.save(tmp_path / "typed")
     data = json.loads((folder / "policy.json").read_text()) | {"router_type": "random-forest"}
     (folder / "policy.json").write_text(json.dumps(data))
-    with pytest.raises(RouterError, match=r"^Unknown router_type 'random-forest'; valid types are 'fixed', 'knn', 'lightgbm', 'lora-probe', 'mutual-verification' or 'self-probe'"):
+    with pytest.raises(RouterError, match=r"^Unknown router_type 'random-forest'; valid types are 'fixed', 'knn', 'lightgbm', 'lightgbm-pca', 'lora-probe', 'mf', 'mutual-verification' or 'self-probe'"):
         load_router(folder)
     folder = lgbm_router.save(tmp_path / "partial")
     (folder / "model_transfer_16.txt").unlink()

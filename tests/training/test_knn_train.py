@@ -53,3 +53,15 @@ def test_meaning_features_need_the_encoder_named_in_the_labels_metadata():
     with pytest.raises(TrainingError, match=r"^The labels have meaning features \(feat__prompt__meaning_\*\) but their "
                                             r"metadata names no encoder"):
         encoder_params({}, ["feat__prompt__meaning_000"])
+
+
+def test_knn_chooses_its_calibration_share_on_the_choice_rows(tmp_path):
+    """--calib-fraction auto with --router knn simulates the knn fit on the rows that train under every candidate
+    share (training/share.py), and records the choice with the mean latency per candidate."""
+    labels = make_synthetic_labels(900, seed=12)
+    config = TrainConfig(router="knn", mode="one-shot", calib_fraction="auto", output_dir=str(tmp_path), no_mlflow=True)
+    result = train_router(config, labels, {"content_hash": "synthetic-12"})
+    chosen = result.router.policy.params["calibration_share"]
+    assert chosen["share"] in (0.2, 0.3, 0.4) and "auto: least mean latency" in chosen["choice"]
+    assert set(chosen["mean_latency_ms"]) == {"0.2", "0.3", "0.4"}
+    assert result.evaluation["split"]["calibration"] == round(900 * chosen["share"])

@@ -124,6 +124,65 @@ def test_table_side_by_side_with_the_probe_cost(probe_run):
 
 
 @pytest.mark.slow
+def test_probe_is_charged_its_pass_on_the_labels_clock(probe_run, probe_data):
+    """Issue 37: the probe's pass is charged at its cost measured side by side with a stage the labels measured (their
+    small_direct, re-run through the labeller's pipeline), scaled to the labels' latency of it - not the time of the
+    pass in train-router's process alone, and not a constant."""
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.split import split_labels
+
+    ev, policy = probe_run.evaluation, probe_run.router.policy
+    clock = ev["probe"]["clock"]
+    assert clock["reference_stage"] == "small_direct" and clock["rows"] > 0
+    train = split_labels(load_labels(probe_data["labels"])[0], 0.25, 0.25, 0).train
+    assert clock["reference_labels_ms"] == pytest.approx(float(np.median(train["latency_ms__small_direct"])))
+    assert clock["ratio"] == pytest.approx(clock["own_ms_here"] / clock["reference_ms_here"])
+    assert ev["probe"]["cost_ms_mean"] == pytest.approx(clock["ratio"] * clock["reference_labels_ms"])
+    assert policy.metrics["probe_cost_ms_mean"] == pytest.approx(ev["probe"]["cost_ms_mean"])
+    assert policy.params["probe_ms"]["charged"] == pytest.approx(ev["probe"]["cost_ms_mean"])
+    assert "on the labels' clock" in probe_run.table
+
+
+def test_probe_cost_arithmetic_on_a_hand_clock():
+    """Worked example: the probe takes 3 ticks where the reference stage takes 10 (ratio 0.3); the labels measured the
+    reference at a median 200 ms, so the probe is charged 60 ms, and 600 ms on labels measured 10x slower."""
+    import pandas as pd
+
+    from routedvlm.training.probe.cost import charged_ms, reference_stage, timed_side_by_side
+
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def advance(ticks):
+        return lambda row: now.__setitem__(0, now[0] + ticks / 1000)
+
+    own, ref = timed_side_by_side(advance(3), advance(10), range(5), clock=clock)
+    assert list(own) == pytest.approx([3] * 5) and list(ref) == pytest.approx([10] * 5)
+    ratio = float(np.median(own) / np.median(ref))
+    labels = pd.DataFrame({"latency_ms__small_direct": [100.0, 200.0, 300.0, float("nan")]})
+    assert reference_stage(labels) == "small_direct"
+    assert charged_ms(ratio, labels, "small_direct") == pytest.approx(60.0)
+    slow = labels * 10
+    assert charged_ms(ratio, slow, "small_direct") == pytest.approx(600.0)
+    assert reference_stage(pd.DataFrame({"latency_ms__large_direct": [1.0]})) is None
+
+
+def test_probe_cost_uses_the_clock_when_it_has_one():
+    from types import SimpleNamespace
+
+    from routedvlm.training.probe.evaluate import probe_cost
+
+    own = np.array([4.0, 5.0, 6.0])
+    one_shot, shared = SimpleNamespace(paid_stages=[]), SimpleNamespace(paid_stages=["small_direct"])
+    clock = {"reference_stage": "small_direct", "own_charged_ms": 60.0, "shared_charged_ms": 7.0}
+    assert list(probe_cost(one_shot, own, 2.0, clock)) == [60.0] * 3
+    assert list(probe_cost(shared, own, 2.0, clock)) == [7.0] * 3
+    assert list(probe_cost(one_shot, own, 2.0, {"reference_stage": None})) == [5.0] * 3  # timed here, said so
+
+
+@pytest.mark.slow
 def test_checkpoints_and_resume(probe_run, probe_data, tmp_path):
     from routedvlm.training.probe.lora_probe import train_probe
 
@@ -187,7 +246,7 @@ def test_samples_need_a_source():
 def test_probe_config_validation():
     from routedvlm.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"`router` must be 'knn', 'lightgbm', 'lora-probe' or 'self-probe'; got 'svm'.*`epochs` must be an "
+    with pytest.raises(ConfigError, match=r"`router` must be 'knn', 'lightgbm', 'lightgbm-pca', 'lora-probe', 'mf' or 'self-probe'; got 'svm'.*`epochs` must be an "
                                           r"integer >= 1; got 0.*`lr` must be in \(0, 1\]; got 2"):
         TrainConfig(router="svm", epochs=0, lr=2.0)
     assert np.isclose(TrainConfig(router="lora-probe").lr, 1e-3)
@@ -221,6 +280,45 @@ def test_cli_trains_registers_and_loads_the_probe(probe_data, tmp_path, monkeypa
 
     reqs = open(mlflow.pyfunc.get_model_dependencies("models:/probe-router/1")).read()
     assert "peft==" in reqs and "torch==" in reqs and "lightgbm==" in reqs
+
+
+@pytest.mark.slow
+def test_registry_compares_a_challenger_with_a_lora_probe_champion(probe_data, tmp_path, monkeypatch, capsys):
+    """Issue 37: a LightGBM challenger registered under a LoRA-probe champion is compared with it (it used to fail:
+    "needs the sample's image"), on rows neither router was trained or calibrated on, the images reloaded."""
+    from mlflow import MlflowClient
+
+    from routedvlm.cli import main
+    from routedvlm.router.load import load_router
+    from routedvlm.training.champion import comparison_rows
+    from routedvlm.training.labels_io import load_labels
+    from routedvlm.training.pipeline import train_router
+    from routedvlm.training.split import split_labels
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    common = ["--data", str(probe_data["labels"]), "--strategies", ",".join(STRATEGIES), "--num-boost-round", "20",
+              "--calib-fraction", "0.25", "--test-fraction", "0.25", "--register-as", "mixed", "--min-accuracy", "0.5"]
+    assert main(["train", "--router", "lora-probe", "--base", str(probe_data["base"]), "--epochs", "1", "--lora-r", "2",
+                 "--output-dir", "probe", *common]) == 0
+    assert "registered mixed version 1 (champion: no champion yet)" in capsys.readouterr().out
+    assert main(["train", "--seed", "1", "--output-dir", "lgbm", *common]) == 0
+    out = capsys.readouterr().out
+    assert "registered mixed version 2 (" in out and "re-evaluated on" in out and "not comparable" not in out
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    decision = MlflowClient(tracking_uri=uri).get_model_version("mixed", "2").tags["routedvlm.champion_decision"]
+    assert "neither router was trained or calibrated on" in decision and "'image'" in decision
+
+    # the rows: in this run's test split and in the champion's (seed 0), never in either's train/calibration rows
+    labels = load_labels(probe_data["labels"])[0]
+    challenger = train_router(_config(tmp_path / "again", probe_data, router="lightgbm", seed=1))
+    champ = load_router("models:/mixed@champion", tracking_uri=uri)
+    rows, where = comparison_rows(champ, challenger)
+    theirs, mine = split_labels(labels, 0.25, 0.25, 0), split_labels(labels, 0.25, 0.25, 1)
+    ids = set(rows["sample_id"])
+    assert ids and ids <= set(theirs.test["sample_id"]) & set(mine.test["sample_id"])
+    assert ids == set(theirs.test["sample_id"]) & set(mine.test["sample_id"])
+    assert rows["image"].notna().all() and len(champ.choices(rows)) == len(rows)
 
 
 def probe_data_rows(probe_data, n):

@@ -21,13 +21,17 @@ OLD_DEFAULTS = {
     "strict_features": False, "allow_constant_features": False, "allow_missing_features": False, "max_features": 256,
     "seed": 0, "dataset": None, "base": None, "epochs": 3, "lora_r": 8, "lr": 1e-3, "batch_size": 8, "resume": False,
     "large": None, "hidden_layers": None, "hidden_position": "all_mean"}
+# flags added since, by new router types' settings (a new flag, not a changed one)
+NEW_DEFAULTS = {"pca_components": 8}
 
 
 def test_every_old_flag_parses_with_its_old_default():
     args = vars(build_parser().parse_args([]))
     assert {k: args[k] for k in OLD_DEFAULTS} == OLD_DEFAULTS
+    assert {k: args[k] for k in NEW_DEFAULTS} == NEW_DEFAULTS
     config = TrainConfig(**args)
-    assert set(config.to_dict()) == set(OLD_DEFAULTS)  # MLflow logs `train.<name>` for the same names as before
+    # MLflow logs `train.<name>` for the same names as before, and for the new ones
+    assert set(config.to_dict()) == set(OLD_DEFAULTS) | set(NEW_DEFAULTS)
 
 
 def test_type_flags_land_in_their_types_settings():

@@ -14,6 +14,7 @@ import pandas as pd
 from ..config import TrainConfig
 from ..labels_io import content_hash
 from ..meaning import encoder_params
+from ..share import AUTO, choice_rows, simulate_share
 from ..split import split_labels
 from ..steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
 
@@ -26,7 +27,10 @@ PRIOR_GRID = (1.0, 4.0)
 
 def train_knn(config: TrainConfig, labels: pd.DataFrame, metadata: dict) -> TrainResult:
     labels_hash = metadata.get("content_hash") or content_hash(labels)
-    candidates, features, paid = plan(config, labels, metadata)
+    auto = config.calib_fraction == AUTO
+    candidates, features, paid = plan(config, labels, metadata, train=choice_rows(
+        labels, config.test_fraction, config.seed) if auto else None)
+    simulate_share(config, labels, candidates, features, paid, labels_hash, fit_knn)  # 'auto': the choice rows only
     split = split_labels(labels, config.calib_fraction, config.test_fraction, config.seed)
     router = fit_knn(config, split, candidates, features, paid, labels_hash, prompt_template_of(metadata))
     router.policy.params.update(encoder_params(metadata, features))

@@ -31,3 +31,18 @@ class LightGBMConfig(RouterSettings):
         if not 0.0 < self.learning_rate <= 1.0:
             out.append(f"`learning_rate` must be in (0, 1]; got {self.learning_rate!r}")
         return out
+
+
+@dataclass
+class LightGBMPCAConfig(LightGBMConfig):
+    """LightGBM over the other features + the first principal components of the embedding columns
+    (feat__<stages>__meaning_<i>, __state_<i>), the PCA fitted on the training rows and stored in the router."""
+
+    pca_components: int = setting(8, "lightgbm-pca: principal components the embedding columns are reduced to "
+                                     "(fitted on the training rows)")
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if isinstance(self.pca_components, bool) or not isinstance(self.pca_components, int) or self.pca_components < 1:
+            out.append(f"`pca_components` must be a positive integer; got {self.pca_components!r}")
+        return out

@@ -9,9 +9,7 @@ registry entry declares `chooses_share`).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 
 from routedvlm.errors import TrainingError
@@ -19,7 +17,7 @@ from routedvlm.errors import TrainingError
 from ..config import TrainConfig
 from ..labels_io import content_hash, load_labels
 from ..meaning import encoder_params
-from ..share import AUTO, DEFAULT_SHARE, REPEATS, candidate_shares, choice_rows, given, settle
+from ..share import AUTO, REPEATS, choice_rows, simulate_share
 from ..split import split_labels
 from ..steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
 from . import NAME
@@ -86,36 +84,4 @@ def choose_share(config, labels: pd.DataFrame, candidates, features, paid, label
                  repeats: int = REPEATS) -> float:
     """Settle `config.calib_fraction` 'auto' by simulating this trainer on the choice rows (share.py's docstring);
     returns the share."""
-    from routedvlm.training.calibration.certify import certify
-    from routedvlm.training.calibration.rule_family import Scorer
-
-    if config.calib_fraction != AUTO:
-        given(config)
-        return config.calib_fraction
-    if config.target["kind"] == "latency_ms":
-        return settle(config, f"{DEFAULT_SHARE:g} (auto: a latency budget is not certified; the share buys nothing)")
-    shares = candidate_shares(config.test_fraction)
-    if len(shares) == 1:
-        return settle(config, f"{shares[0]:g} (auto: --test-fraction {config.test_fraction:g} leaves room for no "
-                              "larger share)", shares[0])
-    rows = choice_rows(labels, config.test_fraction, config.seed)
-    inner_cfg = replace(config, calib_fraction=DEFAULT_SHARE, no_mlflow=True)
-    scores: dict[str, list[float]] = {f"{s:g}": [] for s in shares}
-    try:
-        for r in range(repeats):
-            for s in shares:
-                split = split_labels(rows, s, config.test_fraction, seed=config.seed * 1000 + 7 + r)
-                router = fit_router(inner_cfg, split, candidates, features, paid, labels_hash)
-                cal = certify(router, split.calibration, split.train, config.target, config.delta,
-                              chains=getattr(config, "chains", None))
-                _, latency, _ = Scorer(router, split.test).score(cal.chosen.member)
-                scores[f"{s:g}"].append(float(latency.mean()))
-    except TrainingError as exc:
-        return settle(config, f"{DEFAULT_SHARE:g} (auto: the {len(rows)} choice rows are too few to simulate the "
-                              f"split: {exc})")
-    means = {k: float(np.mean(v)) for k, v in scores.items()}
-    best = min(means, key=lambda k: (means[k], float(k)))
-    table = ", ".join(f"{k}: {v:.1f} ms" for k, v in means.items())
-    return settle(config, f"{best} (auto: least mean latency of the certified rule on inner test rows, {repeats} "
-                          f"inner splits of the {len(rows)} rows that train under every candidate share; {table})",
-                  float(best), means)
+    return simulate_share(config, labels, candidates, features, paid, labels_hash, fit_router, repeats)

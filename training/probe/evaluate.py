@@ -2,9 +2,9 @@
 LightGBM router fitted and certified on the same split, side by side in one table.
 
 Probe cost per sample (charged, in calibration and on test, to every rule that reads the probe's P(correct): the
-tau, lagrangian and binary rules and their curves; mutual verification and fixed rules do not run the probe): the
-median measured time of its own pass (encode + prefill + head) over the test samples, or, when the policy pays
-`small_direct` (RoutedVLM then shares that prefill), the median time of the shared pass.
+tau, lagrangian and binary rules and their curves; mutual verification and fixed rules do not run the probe): its own
+pass (encode + prefill + head), or, when the policy pays `small_direct` (RoutedVLM then shares that prefill), the
+shared pass, priced on the labels' clock (cost.py: timed side by side with the labels' small_direct stage).
 """
 from __future__ import annotations
 
@@ -66,10 +66,15 @@ def shared_cost_ms(net, df: pd.DataFrame, n: int = 8) -> tuple[float, float]:
     return float(np.median(ms)) if ms else 0.0, diff
 
 
-def probe_cost(policy, own_ms: np.ndarray, shared_ms: float) -> np.ndarray:
-    """Per test row: the median of the measured own-pass times (robust to other jobs' bursts on a shared machine;
-    the pass does the same work on every sample of a data set), or the shared pass's when small_direct is paid."""
-    cost = shared_ms if SMALL_DIRECT in policy.paid_stages else float(np.median(own_ms)) if len(own_ms) else 0.0
+def probe_cost(policy, own_ms: np.ndarray, shared_ms: float, clock: dict | None = None) -> np.ndarray:
+    """Per test row: the probe's pass on the labels' clock (`cost.on_labels_clock`: measured side by side with the
+    labels' small_direct stage, scaled to the labels' latency of it), the shared pass's when small_direct is paid;
+    without a clock, the median of the measured own-pass times here (or the shared pass's)."""
+    shared = SMALL_DIRECT in policy.paid_stages
+    if clock and clock.get("reference_stage"):
+        cost = clock["shared_charged_ms" if shared else "own_charged_ms"]
+    else:
+        cost = shared_ms if shared else float(np.median(own_ms)) if len(own_ms) else 0.0
     return np.full(len(own_ms), cost)
 
 
@@ -105,7 +110,10 @@ def side_by_side(ev: dict, comparison: dict | None) -> dict:
 
 def summary_line(ev: dict) -> str:
     probe = ev.get("probe", {})
-    text = (f"probe: {probe.get('cost_ms_mean', float('nan')):.1f} ms per sample charged to the rules that read it "
+    clock = probe.get("clock") or {}
+    on = (f"on the labels' clock: {clock['ratio']:.3f} x their {clock['reference_stage']} "
+          f"{clock['reference_labels_ms']:.1f} ms" if clock.get("reference_stage") else "timed here, not on the labels' clock")
+    text = (f"probe: {probe.get('cost_ms_mean', float('nan')):.1f} ms per sample charged to the rules that read it ({on}) "
             f"(shared small_direct prefill: {'yes' if probe.get('shared_prefill') else 'no'}; median own pass "
             f"{probe.get('own_ms_median', float('nan')):.1f} ms, shared pass {probe.get('shared_ms_median', float('nan')):.1f} ms)")
     if "comparison" in ev:

@@ -45,6 +45,7 @@ class ProbeJob:
     policy: object
     net: object
     out: Path
+    base: Path | None = None  # the small checkpoint (cost.py re-times the labels' small_direct stage with it)
 
 
 def train_probe(config, labels: pd.DataFrame | None = None, metadata: dict | None = None, *,
@@ -102,7 +103,7 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
                    seed=config.seed)
     set_feature_scaling(net, split.train)
     out = Path(config.output_dir) if config.output_dir else default_output_dir()
-    return ProbeJob(config, labels_hash, metadata, split, policy, net, out)
+    return ProbeJob(config, labels_hash, metadata, split, policy, net, out, base)
 
 
 def fit(job: ProbeJob) -> dict:
@@ -126,6 +127,7 @@ def fit(job: ProbeJob) -> dict:
 def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     """Certify and evaluate with the probe's cost, beside LightGBM; fills the policy's rule, metrics and params."""
     from . import evaluate as pe
+    from .cost import on_labels_clock
     from ..calibration.certify import apply_to_policy, certify
     from ..evaluate import evaluate
     from ..steps import pair_rows, policy_metrics
@@ -135,8 +137,9 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     p_cal, _ = pe.predict_table(net, split.calibration)
     p_test, own_ms = pe.predict_table(net, split.test)
     shared_ms, shared_diff = pe.shared_cost_ms(net, split.test)
+    clock = on_labels_clock(net, split, job.metadata, job.base, shared_ms=shared_ms)
     pre = pe.PrecomputedRouter(policy, pd.concat([p_cal, p_test]))
-    cost = float(pe.probe_cost(policy, own_ms, shared_ms).mean()) if len(own_ms) else 0.0
+    cost = float(pe.probe_cost(policy, own_ms, shared_ms, clock).mean()) if len(own_ms) else 0.0
     trained_paid = list(policy.paid_stages)  # before the chosen rule may change the mode
     shared = SMALL_DIRECT in trained_paid
     cal = certify(pre, split.calibration, split.train, c.target, c.delta, proba=p_cal, model_cost_ms=cost)
@@ -148,13 +151,14 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     ev["split"] = split.sizes()
     ev["probe"] = {"cost_ms_mean": cost, "own_ms_mean": float(own_ms.mean()),
                    "own_ms_median": float(np.median(own_ms)), "shared_ms_median": shared_ms,
-                   "shared_prefill": shared,
+                   "shared_prefill": shared, "clock": clock,
                    "shared_max_abs_diff": shared_diff,
                    "initial_train_loss": state["initial_loss"], "final_train_loss": state["final_loss"],
                    "train_losses": state["losses"], "calibration_loss": state["calibration_loss"],
                    "resumed_from": state.get("resumed_from")}
     policy.metrics = {**policy_metrics(ev), "probe_cost_ms_mean": cost, "calibration_loss": state["calibration_loss"]}
-    policy.params.update({"probe_ms": {"own_median": float(np.median(own_ms)), "shared_median": shared_ms},
+    policy.params.update({"probe_ms": {"own_median": float(np.median(own_ms)), "shared_median": shared_ms,
+                                       "charged": cost, "clock": clock},
                           "training": {"epochs": own.epochs, "lr": own.lr, "batch_size": own.batch_size, "seed": c.seed,
                                        "train_losses": state["losses"]}})
     return ev

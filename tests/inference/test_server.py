@@ -341,7 +341,7 @@ def test_client_retries_5xx_with_backoff_but_not_4xx():
         return httpx.Response(400, json={"error": {"message": "bad field"}})
 
     client = ChatClient("http://127.0.0.1:1/v1", max_retries=3, backoff_s=0.001)
-    client._local.http = httpx.Client(transport=httpx.MockTransport(handler))  # this thread's client
+    client._http = httpx.Client(transport=httpx.MockTransport(handler))
     assert client.create({}) == {"ok": True} and len(calls) == 2 and calls[0] == calls[1]
     with pytest.raises(BackendError, match=r"after 1 attempt\(s\): HTTP 400: bad field"):
         client.create({})

@@ -20,11 +20,12 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class ChatClient:
-    """POST /chat/completions to `base_url` (e.g. 'http://127.0.0.1:8000/v1'); thread-safe (one httpx.Client per
-    thread: the server, not this client, decides how many calls run at once)."""
+    """POST /chat/completions to `base_url` (e.g. 'http://127.0.0.1:8000/v1'); thread-safe (one httpx.Client)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 60.0, max_retries: int = 2,
                  backoff_s: float = 0.5):
+        import httpx
+
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"The `base_url` parameter must be an http(s) URL such as 'http://127.0.0.1:8000/v1'. "
                               f"Got {base_url!r} instead.")
@@ -33,25 +34,8 @@ class ChatClient:
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError(f"The `timeout` parameter must be a positive number of seconds. Got {timeout!r} instead.")
         self.base_url, self.max_retries, self.backoff_s = base_url.rstrip("/"), max_retries, backoff_s
-        self._settings = {"timeout": timeout, "headers": {"Authorization": f"Bearer {api_key}"} if api_key else {}}
-        self._local, self._clients, self._lock = threading.local(), [], threading.Lock()
-
-    @property
-    def _http(self):
-        """This thread's httpx.Client (its own keep-alive connection): one client shared by many threads serialises
-        them on its connection pool's lock (httpcore), which held `routedvlm serve` to about half of its backends'
-        throughput at 64 requests in flight (benchmarks/bench_serve_throughput.py)."""
-        http = getattr(self._local, "http", None)
-        if http is None:
-            import httpx
-
-            with self._lock:  # one TLS context for all of them (making one costs milliseconds)
-                if "verify" not in self._settings:
-                    self._settings["verify"] = httpx.create_ssl_context()
-            http = self._local.http = httpx.Client(**self._settings)
-            with self._lock:
-                self._clients.append(http)
-        return http
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=timeout, headers=headers)
 
     def create(self, body: dict, *, what: str = "chat completion", headers: dict | None = None,
                path: str = "/chat/completions") -> dict:
@@ -108,10 +92,7 @@ class ChatClient:
         )
 
     def close(self) -> None:
-        with self._lock:
-            clients, self._clients = self._clients, []
-        for http in clients:
-            http.close()
+        self._http.close()
 
 
 def _server_message(resp) -> str:

@@ -19,7 +19,7 @@ VLLM_DIR := integrations/vllm-cpu
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 export VLLM_VENV
 
-# Client software whose pins conflict with the CPU lock (LiteLLM's SDK), in its own venv: `make clients-env`.
+# Client software whose pins conflict with the CPU lock (LiteLLM's SDK, guidellm), in its own venv: `make clients-env`.
 CLIENTS_VENV ?= .venv-clients
 CLIENTS_DIR := integrations/clients
 CLIENTS_STAMP := $(CLIENTS_VENV)/.installed-stamp
@@ -49,11 +49,11 @@ test: docs $(CLIENTS_STAMP)
 test-clients: $(STAMP) $(CLIENTS_STAMP)
 	$(PY) -m pytest -q -m clients --timeout=900 $(PYTEST_ARGS) tests/inference/test_serve_litellm.py
 
-# Exactly the hashed pins of $(CLIENTS_DIR)/requirements-litellm.txt with --no-deps (3 tries), then `pip check`.
-$(CLIENTS_STAMP): $(CLIENTS_DIR)/requirements-litellm.txt
+# Exactly the hashed pins of $(CLIENTS_DIR)/requirements.txt with --no-deps (3 tries), then `pip check`.
+$(CLIENTS_STAMP): $(CLIENTS_DIR)/requirements.txt
 	$(PYTHON) -m venv $(CLIENTS_VENV)
 	for i in 1 2 3; do $(CLIENTS_VENV)/bin/pip install --retries 10 --timeout 120 --no-deps \
-		-r $(CLIENTS_DIR)/requirements-litellm.txt && break; [ $$i = 3 ] && exit 1; sleep 20; done
+		-r $(CLIENTS_DIR)/requirements.txt && break; [ $$i = 3 ] && exit 1; sleep 20; done
 	$(CLIENTS_VENV)/bin/pip check
 	touch $(CLIENTS_STAMP)
 

@@ -45,9 +45,10 @@ test: docs $(CLIENTS_STAMP)
 	$(PY) -m pytest -q --timeout=900 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-clients
 
-# The tests marked `clients`: routedvlm serve driven by client SDKs installed in .venv-clients (one small server each).
+# The tests marked `clients`: routedvlm serve driven by client software installed in .venv-clients (one small server each).
+CLIENT_TESTS ?= tests/inference/test_serve_litellm.py tests/inference/test_serve_guidellm.py
 test-clients: $(STAMP) $(CLIENTS_STAMP)
-	$(PY) -m pytest -q -m clients --timeout=900 $(PYTEST_ARGS) tests/inference/test_serve_litellm.py
+	$(PY) -m pytest -q -m clients --timeout=900 $(PYTEST_ARGS) $(CLIENT_TESTS)
 
 # Exactly the hashed pins of $(CLIENTS_DIR)/requirements.txt with --no-deps (3 tries), then `pip check`.
 $(CLIENTS_STAMP): $(CLIENTS_DIR)/requirements.txt

@@ -6,7 +6,10 @@ greedy (`temperature=0`); `max_tokens`, `min_tokens` (vLLM/SGLang extension), `l
 `skip_special_tokens: false` (so think tags that are special tokens stay in the text) are sent. Answer and
 reasoning are split the same way with or without a server-side reasoning parser (`openai_replies.py`). A
 reasoning run that stops inside its reasoning is finished with vLLM's `continue_final_message`. The attention
-selector is unavailable (no attention weights over HTTP).
+selector is unavailable (no attention weights over HTTP). A call made for a streamed request's answer (a streamer is
+active, `streaming.py`) is sent with `stream: true` and the server's tokens are handed on as they arrive (`sse.py`);
+the reply it returns is the one a non-streamed call gets. A plain model served by `routedvlm serve` over an HTTP side
+is forwarded to its server (`complete`).
 
 Measured over HTTP, approximately:
 - two-stage decoding relies on the SERVER's prefix caching (vLLM `--enable-prefix-caching`, SGLang's radix

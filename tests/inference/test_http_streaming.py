@@ -161,3 +161,19 @@ def test_plain_model_over_http_streams_reasoning_and_answer(fronted):
     assert len(reasoning) > 1 and "".join(reasoning) == msg["reasoning"] == "Count them."
     assert "".join(content) == msg["content"] == "Two boxes in all."
     assert whole["usage"]["completion_tokens_details"]["reasoning_tokens"] == 4
+
+
+def test_a_streamed_replys_stop_token_is_not_handed_on_but_a_special_token_inside_it_is():
+    """vLLM (`skip_special_tokens: false`) lists the stop token `<|im_end|>` in a stream's logprobs but not in its text;
+    one inside the reply (`ignore_eos`) is in both. Found against real vLLM: the relayed answer ended in `<|im_end|>`."""
+    from routedvlm.inference.sides.http.sse import ReplyBuilder
+
+    def relay(tokens):
+        builder, out = ReplyBuilder(), []
+        for t in tokens:
+            out += builder.add({"choices": [{"index": 0, "delta": {"content": t},
+                                             "logprobs": {"content": [{"token": t, "logprob": -1.0}]}}]})
+        return out
+
+    assert relay(["2", "<|im_end|>"]) == ["2"]
+    assert relay(["2", "<|im_end|>", "1", "<|im_end|>"]) == ["2", "<|im_end|>", "1"]

@@ -5,7 +5,8 @@
 reply a non-streamed request would have returned (message `content` / `reasoning`, `logprobs.content`,
 `finish_reason`, `usage`, and a `routedvlm` record when the server adds one), so everything after the call reads it
 exactly as before. Tokens are the `logprobs.content` token strings when the server sends logprobs (the HTTP side
-asks for them); without logprobs, each delta's text is one piece, a reasoning delta followed by a content delta
+asks for them), a `<|...|>` special token held back until another token follows (the stop token ending a reply,
+which the server's text leaves out, is never handed on); without logprobs, each delta's text is one piece, a reasoning delta followed by a content delta
 getting a `</think>` piece between them so the answer/reasoning split still finds the boundary.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ class ReplyBuilder:
     def __init__(self):
         self.content, self.reasoning, self.entries = [], [], []
         self.finish, self.usage, self.extra = None, None, {}
-        self.saw_content, self.saw_reasoning, self.closed = False, False, False
+        self.saw_content, self.saw_reasoning, self.closed, self.special = False, False, False, []
 
     def add(self, chunk: dict) -> list:
         """Fold one chunk in; the token strings it brought (possibly none)."""
@@ -45,12 +46,25 @@ class ReplyBuilder:
                 self.saw_content = self.saw_content or bool(content)
                 self.content.append(content)
             if entries:
-                tokens.extend(e["token"] for e in entries)
+                tokens.extend(self._held(e["token"] for e in entries))
             else:
                 tokens.extend(self._pieces(reasoning, content))
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
         return tokens
+
+    def _held(self, tokens) -> list:
+        """`tokens`, a `<|...|>` special token held back until a later token follows it: the stop token that ends a
+        reply is not in the server's text, and is never handed on."""
+        out = []
+        for token in tokens:
+            if _special(token):
+                self.special.append(token)
+                continue
+            out.extend(self.special)
+            self.special = []
+            out.append(token)
+        return out
 
     def _pieces(self, reasoning, content) -> list:
         out = [reasoning] if reasoning else []
@@ -69,6 +83,10 @@ class ReplyBuilder:
         choice = {"index": 0, "message": message, "finish_reason": self.finish,
                   "logprobs": {"content": self.entries} if self.entries else None}
         return {"object": "chat.completion", "choices": [choice], "usage": self.usage or {}, **self.extra}
+
+
+def _special(token: str) -> bool:
+    return token.startswith("<|") and token.endswith("|>")
 
 
 def events(lines):

@@ -78,7 +78,7 @@ def _lightgbm(xtr, ytr, xte):
 
 def _knn(xtr, ytr, xte):
     from routedvlm.router.knn.router import _unit, knn_proba
-    from routedvlm.training.knn import choose_k
+    from routedvlm.training.knn.trainer import choose_k
 
     mean, std = xtr.mean(0), xtr.std(0)
     std = np.where(std > 0, std, 1.0)

@@ -26,10 +26,11 @@ GAP = 0.02  # "large_reason - 2 points"
 
 def fit_and_certify(labels, metadata, kind: str, mode: str, target: float, delta: float, out: Path):
     """A router of `kind` in `mode` trained on `labels` (train-router's split), certified; (result, router)."""
+    from routedvlm.router.router_types import type_facts
     from routedvlm.training.config import TrainConfig
     from routedvlm.training.pipeline import train_router
 
-    cfg = TrainConfig(router=kind, mode=mode, with_small_direct=kind == "lora-probe" and mode == "cascade",
+    cfg = TrainConfig(router=kind, mode=mode, with_small_direct=type_facts(kind).small_prefill and mode == "cascade",
                       target_accuracy=target, delta=delta, no_mlflow=True,
                       output_dir=str(out / f"{kind}-{mode}"))
     result = train_router(cfg, labels, metadata)

@@ -16,7 +16,7 @@ _LAZY = {
     "Handoff": "pipeline_parts",
     "MutualVerification": "mutual_verification",
     "SELECTORS": "selectors",
-    "Generation": "sides.local.generation",
+    "Generation": "sides.results",
     "build_tiny_vlm": "tiny",
     "build_tiny_pair": "tiny",
     "PromptConfig": "prompts",

@@ -10,6 +10,7 @@ from pathlib import Path
 from routedvlm.errors import RouterLoadError
 from routedvlm.router.checkpoint_identity import identity_problems
 from routedvlm.router.checkpoints import config_hash, weights_hash
+from routedvlm.router.router_types import is_rule
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ def check_checkpoints(router, sides: dict, *, allow_mismatch: bool = False) -> N
     policy = getattr(router, "policy", None)
     recorded = getattr(policy, "checkpoints", None) or {}
     if not recorded:
-        if getattr(policy, "router_type", "fixed") not in ("fixed", "mutual-verification"):
+        kind = getattr(policy, "router_type", None)
+        if kind is not None and not is_rule(kind):  # a rule router reads no checkpoints
             logger.warning("router %s records no checkpoints it was trained on (trained by an older routedvlm); "
                            "it cannot be checked against the served models", policy.router_type)
         return

@@ -18,7 +18,8 @@ from routedvlm.router.strategies import (DEFAULT_K_GRID, LARGE_DIRECT, alias_ran
 from .inputs import check_keep_tokens, make_request
 from .pipeline_parts import Handoff, PipelineConfig, Result, close_sides, ladder_sides, start_sides
 from .selectors import NEEDS_ATTENTION, NEEDS_FULL_REASONING, get_selector
-from .sides.local.stages import finish_answer, record
+from .sides.local.stages import finish_answer
+from .sides.results import record
 from .streaming import answer_segment
 
 logger = logging.getLogger(__name__)

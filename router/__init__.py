@@ -13,7 +13,7 @@ from .ladder import Step, next_action, stages_to_pay
 from .load import load_router
 from .policy import Policy
 from .baselines import FixedRouter, MutualVerificationRouter, make_rule_router
-from .router_types import ROUTER_TYPES, RouterType, router_type
+from .router_types import ROUTER_TYPES, RouterType, register_router_type, router_type
 from .strategies import DEFAULT_K_GRID, Strategy, default_strategies, parse_strategy, strategy_order, transfer_id
 from .tracking import CHAMPION_ALIAS, DEFAULT_MODEL_NAME, resolve_tracking_uri, setup_mlflow
 
@@ -29,5 +29,5 @@ __all__ = [
     "CHAMPION_ALIAS", "DEFAULT_K_GRID", "DEFAULT_MODEL_NAME", "Decision", "FixedRouter", "LightGBMRouter",
     "MutualVerificationRouter", "Policy", "ROUTER_TYPES", "RoutedVLMError", "Router", "RouterError", "RouterType", "Strategy",
     "Step", "choose", "default_strategies", "next_action", "stages_to_pay", "load_router", "log_router_model", "make_rule_router", "parse_strategy",
-    "resolve_tracking_uri", "router_type", "setup_mlflow", "strategy_order", "transfer_id",
+    "register_router_type", "resolve_tracking_uri", "router_type", "setup_mlflow", "strategy_order", "transfer_id",
 ]

@@ -19,7 +19,7 @@ import mlflow
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
-from routedvlm.router.router_types import type_facts
+from routedvlm.router.router_types import BASE_REQUIREMENTS, type_facts
 
 ROUTER_ARTIFACT = "router"
 
@@ -82,8 +82,7 @@ def default_pip_requirements(router_type: str | None = None) -> list[str]:
     from importlib.metadata import PackageNotFoundError, version
 
     reqs = []
-    names = ("mlflow-skinny", "lightgbm", "pandas", "numpy")
-    for name in names + type_facts(router_type).requirements:
+    for name in BASE_REQUIREMENTS + type_facts(router_type).requirements:
         try:
             reqs.append(f"{name}=={version(name)}")
         except PackageNotFoundError:

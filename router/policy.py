@@ -49,7 +49,7 @@ def _meta(help_text: str) -> dict:
 class Policy:
     """A routing policy; the router's model files are described in `params`."""
 
-    router_type: str = field(metadata=_meta("router kind: 'lightgbm', 'lora-probe', 'mutual-verification', 'fixed', ..."))
+    router_type: str = field(metadata=_meta("router type: a name in the registry of router types (router_types.py)"))
     strategies: list[str] = field(metadata=_meta("candidate strategy ids, the columns of P(correct)"))
     format_version: int = field(default=FORMAT_VERSION, metadata=_meta("policy.json format version"))
     ladder: list[str] | None = field(default=None, metadata=_meta(

@@ -1,19 +1,24 @@
-"""TrainConfig: every train-router flag as one validated dataclass field (the CLI is built from it)."""
+"""TrainConfig: the train-router settings every router type shares, one validated dataclass field per flag, plus
+`settings`, each registered type's own settings dataclass (training/settings.py; the CLI is built from both).
+
+`TrainConfig(num_leaves=31)` still works: a keyword that is a type's setting goes to every type that declares it, and
+`config.num_leaves` reads it back (the flat view older scripts use); trainers read `config.settings[<their type>]`.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
 from routedvlm.errors import ConfigError, one_of
-from routedvlm.router.router_types import TRAINABLE, type_facts
+from routedvlm.router.router_types import DEFAULT_TYPE, trainable, type_facts
 from routedvlm.router.strategies import parse_strategy
+
+from .settings import build_settings, declared_by, settings_problems
 
 MODES = ("cascade", "one-shot")
 MODE_CHOICES = ("auto", *MODES)  # auto: train-router picks the mode that can save on the labels (steps.resolve_mode)
 RELATIVE_LOSSES = ("difference", "regret")  # training/calibration/certify.py's, for the --help without its imports
 DIFFERENCE_TESTS = ("betting", "clopper-pearson")  # the first is the default
 CHAIN_NAMES = ("tau", "lagrangian", "binary", "baselines")  # training/calibration/rule_family.CHAINS
-ROUTER_KINDS = TRAINABLE  # the router types with a trainer, from the one registry
-HIDDEN_POSITIONS = ("prompt_last", "answer_mean", "all_mean")
 DEFAULT_TARGET_ACCURACY = 0.95  # 0.98 needs ~1000+ calibration rows on the toy world (README, "Certified calibration")
 DEFAULT_DELTA = 0.1
 
@@ -47,11 +52,8 @@ class TrainConfig:
     """What train-router does; one field per flag (`target_accuracy` -> `--target-accuracy`)."""
 
     data: str | None = _f(None, "labels.parquet to train on (default: the embedded toy labels, if installed)")
-    router: str = _f("lightgbm", "router type: lightgbm (tabular features), lora-probe (a LoRA adapter + head on the "
-                                 "small VLM that reads the image and question; see training/probe/lora_probe.py) or self-probe "
-                                 "(a linear head on the large model's own hidden state of its large_direct pass + the "
-                                 "tabular features; cascade only, local large model; see training/probe/self_probe.py)",
-                     choices=ROUTER_KINDS)
+    router: str = _f(DEFAULT_TYPE, "router type to train (each type's own settings are listed under its name below)",
+                     choices=trainable)
     mode: str = _f("auto", "cascade: large_direct runs first and its features are free; one-shot: prompt features "
                            "only; auto (the default): cascade when the candidates include a reasoning or transfer "
                            "strategy to escalate to, else one-shot (on direct-only labels, such as an imported "
@@ -110,12 +112,6 @@ class TrainConfig:
                                              "e.g. audited live traffic relabelled: routedvlm audit export + routedvlm "
                                              "label); the labels' own calibration share is then left unused")
     test_fraction: float = _f(0.2, "share of rows for the test split")
-    num_boost_round: int = _f(200, "LightGBM boosting rounds per strategy")
-    cv_folds: int = _f(5, "LightGBM: choose each strategy's boosting rounds (at most --num-boost-round) by this many "
-                          "stratified cross-validation folds of the training rows, early stopping on log loss; 0 = "
-                          "always --num-boost-round")
-    num_leaves: int = _f(15, "LightGBM leaves per tree")
-    learning_rate: float = _f(0.05, "LightGBM learning rate")
     strict_features: bool = _f(False, "refuse feature columns that are constant on the training rows (default: drop "
                                       "them with a warning naming them)")
     allow_constant_features: bool = _f(False, "kept so older commands still run: constant feature columns are dropped "
@@ -125,35 +121,16 @@ class TrainConfig:
     max_features: int = _f(256, "sanity limit on the number of feature columns a router trains on (more fail: "
                                 "choose them with --features)")
     seed: int = _f(0, "seed for the split and LightGBM")
-    dataset: str | None = _f(None, "lora-probe, self-probe: data set id or path the labels were made from (default: the labels' "
-                                   "sample_source metadata)")
-    base: str | None = _f(None, "lora-probe: small VLM checkpoint folder to adapt (default: the labels' small model)")
-    epochs: int = _f(3, "lora-probe: training epochs")
-    lora_r: int = _f(8, "lora-probe: LoRA rank (0: head only, no adapter)")
-    lr: float = _f(1e-3, "lora-probe: AdamW learning rate of the adapter and head")
-    batch_size: int = _f(8, "lora-probe: samples per optimizer step")
-    resume: bool = _f(False, "lora-probe: continue from the last epoch checkpoint in --output-dir")
-    large: str | None = _f(None, "self-probe: large VLM checkpoint folder whose hidden states it reads (default: the "
-                                 "labels' large model)")
-    hidden_layers: list[int] | None = _f(None, "self-probe: comma-separated decoder layer indices to read (negative "
-                                               "counts from the end; default: of the layers at 1/3, 1/2, 2/3 of "
-                                               "the depth and the last, the one that best predicts large_direct on "
-                                               "the training rows, by cross-validation)")
-    hidden_position: str = _f("all_mean", "self-probe: which positions of those layers: prompt_last (last prompt "
-                                          "token), answer_mean (the answer tokens) or all_mean (both, averaged)",
-                              choices=HIDDEN_POSITIONS)
+    settings: dict = _f(None, "each router type's own settings: {type name: its settings dataclass} (default: every "
+                              "registered type's defaults, with the keyword settings given applied)", flag=False)
 
     def __post_init__(self):
         self.strategies = _csv(self.strategies)
         self.chains = _csv(self.chains)
         self.features = _csv(self.features)
         problems = []
-        try:
-            self.hidden_layers = [int(x) for x in _csv(self.hidden_layers)] if self.hidden_layers is not None else None
-        except ValueError:
-            problems.append(f"`hidden_layers` must be comma-separated integers; got {self.hidden_layers!r}")
-        if self.hidden_position not in HIDDEN_POSITIONS:
-            problems.append(f"`hidden_position` must be {one_of(HIDDEN_POSITIONS)}; got {self.hidden_position!r}")
+        if self.router not in trainable():
+            problems.append(f"`router` must be {one_of(trainable())}; got {self.router!r}")
         facts = type_facts(self.router)
         if facts.modes is not None and self.mode == "auto":
             self.mode = facts.modes[0]
@@ -191,14 +168,9 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 0.5:
                 what = " or 'auto'" if name == "calib_fraction" else ""
                 problems.append(f"`{name}` must be in (0, 0.5){what}; got {value!r}")
-        for name in ("num_boost_round", "num_leaves", "max_features"):
-            if not getattr(self, name) >= 1 or (name == "num_leaves" and self.num_leaves < 2):
-                problems.append(f"`{name}` must be a positive integer (num_leaves >= 2); got {getattr(self, name)!r}")
-        if not (isinstance(self.cv_folds, int) and (self.cv_folds == 0 or self.cv_folds >= 2)):
-            problems.append(f"`cv_folds` must be 0 (off) or an integer >= 2; got {self.cv_folds!r}")
-        problems += self._probe_problems()
-        if not 0.0 < self.learning_rate <= 1.0:
-            problems.append(f"`learning_rate` must be in (0, 1]; got {self.learning_rate!r}")
+        if not self.max_features >= 1:
+            problems.append(f"`max_features` must be a positive integer; got {self.max_features!r}")
+        problems += settings_problems(self.settings)
         if not self.register_as or not self.register_as.strip():
             problems.append("`register_as` must be a non-empty model name")
         for s in [*(self.strategies or []), *([self.fallback] if self.fallback else [])]:
@@ -210,18 +182,6 @@ class TrainConfig:
             problems.append(f"`strategies` must name at least two different strategies; got {self.strategies}")
         if problems:
             raise ConfigError("Invalid train-router configuration: " + "; ".join(problems) + ".")
-
-    def _probe_problems(self) -> list[str]:
-        out = []
-        if self.router not in ROUTER_KINDS:
-            out.append(f"`router` must be {one_of(ROUTER_KINDS)}; got {self.router!r}")
-        for name, low in (("epochs", 1), ("lora_r", 0), ("batch_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                out.append(f"`{name}` must be an integer >= {low}; got {value!r}")
-        if not 0.0 < self.lr <= 1.0:
-            out.append(f"`lr` must be in (0, 1]; got {self.lr!r}")
-        return out
 
     @property
     def target(self) -> dict:
@@ -235,4 +195,43 @@ class TrainConfig:
         return {**out, "test": self.difference_test} if self.relative_loss == "difference" else out
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every setting by its flag's name, flat (MLflow's `train.<name>` params): the shared ones, then each type's."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
+        for value in self.settings.values():
+            out.update({f.name: getattr(value, f.name) for f in fields(value) if f.name not in out})
+        return out
+
+    def __getattr__(self, name: str):
+        """The flat view: `config.num_leaves` is the setting of the type(s) that declare it."""
+        if name.startswith("__") or name == "settings":
+            raise AttributeError(name)
+        owners = declared_by(name, self.__dict__.get("settings") or {})
+        if not owners:
+            raise AttributeError(f"'TrainConfig' object has no attribute {name!r}")
+        return getattr(owners[0], name)
+
+    def __setattr__(self, name: str, value) -> None:
+        owners = [] if name in _SHARED else declared_by(name, self.__dict__.get("settings") or {})
+        for owner in owners:
+            setattr(owner, name, value)
+        if not owners:
+            object.__setattr__(self, name, value)
+
+
+_SHARED = frozenset(f.name for f in fields(TrainConfig))
+
+
+def _taking_type_settings(cls):
+    """Let TrainConfig(...) take a type's settings as keywords too (`num_leaves=31`), as every flag is one keyword."""
+    generated = cls.__init__
+
+    def __init__(self, *args, settings: dict | None = None, **kwargs):
+        flat = {k: kwargs.pop(k) for k in [k for k in kwargs if k not in _SHARED]}
+        generated(self, *args, settings=build_settings(settings, flat), **kwargs)
+
+    __init__.__doc__ = generated.__doc__
+    cls.__init__ = __init__
+    return cls
+
+
+_taking_type_settings(TrainConfig)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from dataclasses import MISSING, fields
 
@@ -20,30 +21,58 @@ EPILOG = """example:
 
 
 def build_parser(prog: str = "train-router") -> argparse.ArgumentParser:
+    """The shared flags (TrainConfig's fields), then one group per router type with the flags generated from its
+    settings dataclass (training/settings.py); a setting two types declare is one flag, in the first one's group."""
     from importlib.metadata import version
+
+    from .settings import settings_classes
 
     parser = argparse.ArgumentParser(
         prog=prog, description="Train a router from labels.parquet: fit, certify a decision rule "
         "(Learn-then-Test), evaluate against baselines, log to MLflow and register it.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"routedvlm {version('routedvlm')}")
-    for f in fields(TrainConfig):
+    seen = set()
+    shared = parser.add_argument_group("every router type")
+    add_flags(shared, [f for f in fields(TrainConfig) if f.metadata.get("flag", True)], seen)
+    classes = settings_classes()
+    for name, cls in classes.items():
+        own = [f for f in fields(cls) if f.name not in seen]
+        others = {f.name: [n for n, c in classes.items() if n != name and f.name in {g.name for g in fields(c)}]
+                  for f in own}
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        if not fields(cls):
+            doc += " No settings of its own."
+        group = parser.add_argument_group(f"--router {name}", textwrap.fill(doc, 76))
+        add_flags(group, own, seen, also=others)
+    return parser
+
+
+def add_flags(parser, dataclass_fields, seen: set, also: dict | None = None) -> None:
+    """One flag per field: `a_b` -> `--a-b`, its type from the annotation (a bool is a switch), its default and help
+    from the field (metadata `choices`, a sequence or a function returning one; `aliases`; `conv`, a function or the
+    name of one in config.py)."""
+    for f in dataclass_fields:
+        seen.add(f.name)
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
         default = None if f.default is MISSING else f.default
         help_text = f.metadata.get("help", "")
+        shared = (also or {}).get(f.name)
+        if shared:
+            help_text += f" (also for --router {', '.join(shared)})"
         if kind == "bool":
             parser.add_argument(flag, action="store_true", help=help_text)
             continue
         conv = float if "float" in kind else int if kind.startswith("int") else str
-        if "conv" in f.metadata:  # a field parsed by its own function in config.py (e.g. 'auto' or a number)
+        if "conv" in f.metadata:  # a field parsed by its own function (e.g. 'auto' or a number)
             from . import config as configmod
 
-            conv = getattr(configmod, f.metadata["conv"])
-        kw = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
-        shown = f" (default: {default})" if default not in (None, False) else ""
+            conv = f.metadata["conv"] if callable(f.metadata["conv"]) else getattr(configmod, f.metadata["conv"])
+        choices = f.metadata.get("choices")
+        kw = {"choices": tuple(choices() if callable(choices) else choices)} if choices is not None else {}
+        shown = f" (default: {default})" if default is not None and default is not False else ""  # 0 is shown
         parser.add_argument(flag, *f.metadata.get("aliases", ()), type=conv, default=default, help=help_text + shown, **kw)
-    return parser
 
 
 def _progress(msg: str) -> None:

@@ -1,4 +1,9 @@
-"""`LabelConfig`: every setting of a labelling run (`routedvlm label` flags are its fields), validated once."""
+"""`LabelConfig`: every setting of a labelling run (`routedvlm label` flags are its fields), validated once.
+
+The models may be named as a pair (`--small/--large`, `--small-reasoner`, `--cost-model-small`, ...) or as a ladder
+(`--model`/`--models`, `--reasoner ALIAS=SPEC`, `--cost-model ALIAS=NAME`); either way the run reads them from one
+`Ladder` (`cfg.ladder`, ladder.py), the pair being a ladder of two. The flags stay as given in the recorded settings.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -169,29 +174,29 @@ class LabelConfig:
     def _resolve_ladder(self) -> None:
         from .ladder import resolve_ladder
 
-        resolve_ladder(self)
+        self.ladder = resolve_ladder(self)  # the one view of the models every reader uses (not a flag: no field)
 
     @property
     def aliases(self) -> tuple:
         """The models' names, cheapest first: ('small', 'large') for a pair."""
-        return ladder_aliases(len(self.models)) if self.models else ("small", "large")
+        return self.ladder.aliases
 
     @property
     def is_ladder(self) -> bool:
         """More than two models (labels schema version 2)."""
-        return bool(self.models) and len(self.models) > 2
+        return len(self.ladder) > 2
 
     def ladder_specs(self) -> dict:
         """{alias: model spec} in ladder order."""
-        return dict(zip(self.aliases, self.models)) if self.models else {"small": self.small, "large": self.large}
+        return dict(self.ladder.specs)
 
     def ladder_reasoners(self) -> dict:
         """{alias: reasoner spec} of the models that have one."""
-        from .ladder import parse_assignments
+        return dict(self.ladder.reasoners)
 
-        out = {"small": self.small_reasoner, "large": self.large_reasoner}
-        out.update(parse_assignments(self.reasoners, "reasoners", self.aliases))
-        return {a: v for a, v in out.items() if v}
+    def ladder_cost_models(self) -> dict:
+        """{alias: profiled model name} of the models `--cost` prices by a name given (`--cost-model`, ...)."""
+        return dict(self.ladder.cost_models)
 
     def _resolve_strategies(self) -> None:
         from .ladder import bounded_grid

@@ -1,8 +1,11 @@
 """The ladder settings of a labelling run: `--model`/`--models` (N >= 2 models, cheapest first), per-model
 `--reasoner ALIAS=SPEC` and `--cost-model ALIAS=NAME`, and the bounded strategy grid (`--transfer-pairs`,
-`--reason-models`, `--k-grid`). A ladder of two is the pair: it is stored as `small`/`large` settings, so its runs,
-resumes and labels are the two-model version's."""
+`--reason-models`, `--k-grid`). Whatever flags named the models, the run reads them from one `Ladder` (a pair is a
+ladder of two). A ladder of two is recorded as the pair's `small`/`large` settings, so its runs, resumes and labels
+are the two-model version's."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from routedvlm.errors import ConfigError, UnknownStrategyError, one_of
 from routedvlm.router.strategies import MAX_LADDER, alias_rank, ladder_aliases, ladder_strategies
@@ -32,9 +35,40 @@ def parse_assignments(values, name: str, aliases) -> dict:
     return out
 
 
-def resolve_ladder(cfg) -> None:
-    """Normalise a run's models in place: `models` (N >= 3) with `small`/`large` set to its ends, or a pair in
-    `small`/`large` (a two-model `--models` becomes `--small/--large`, its ALIAS=... items the per-side flags)."""
+@dataclass(frozen=True)
+class Ladder:
+    """The models of a run, cheapest first (a pair is a ladder of two): `specs` {alias: model spec}, and for the
+    aliases that have one, `reasoners` {alias: reasoner spec} and `cost_models` {alias: profiled model name}."""
+
+    specs: dict
+    reasoners: dict
+    cost_models: dict
+
+    @property
+    def aliases(self) -> tuple:
+        return tuple(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+
+def resolve_ladder(cfg) -> Ladder:
+    """The run's `Ladder`, after normalising the recorded settings in place: `models` (N >= 3) with `small`/`large`
+    set to its ends, or a pair in `small`/`large` (a two-model `--models` becomes `--small/--large`, its ALIAS=...
+    items the per-side flags)."""
+    _normalise(cfg)
+    aliases = ladder_aliases(len(cfg.models)) if cfg.models else ("small", "large")
+    specs = dict(zip(aliases, cfg.models)) if cfg.models else {"small": cfg.small, "large": cfg.large}
+    named = {}
+    for field, single in (("reasoners", "{}_reasoner"), ("cost_models", "cost_model_{}")):
+        given = {end: getattr(cfg, single.format(end)) for end in ("small", "large")}
+        given.update(parse_assignments(getattr(cfg, field), field, aliases))
+        named[field] = {a: given[a] for a in aliases if given.get(a)}
+    return Ladder(specs, named["reasoners"], named["cost_models"])
+
+
+def _normalise(cfg) -> None:
+    """resolve_ladder's in-place part: the recorded settings of a pair or a ladder (module docstring)."""
     models = _items(cfg.models) if cfg.models is not None else None
     if models is None:
         cfg.models = None

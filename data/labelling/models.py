@@ -45,7 +45,7 @@ def state_of(cfg: LabelConfig, pipe=None):
         if pipe is not None:
             unregister_state()
         return None
-    state = StateFeatures.from_checkpoint(cfg.small, dims=cfg.state_dims)
+    state = StateFeatures.from_checkpoint(cfg.ladder_specs()["small"], dims=cfg.state_dims)
     if pipe is not None:
         enable_state(state, pipe.small)
     return state
@@ -57,15 +57,10 @@ def stage_cost(cfg: LabelConfig, source: str):
         return None, {"latency_source": source}
     from routedvlm.inference.profiling.latency_model import cost_stage_fn
 
-    if cfg.is_ladder:
-        from .ladder import parse_assignments
-
-        named = {"small": cfg.cost_model_small, "large": cfg.cost_model_large,
-                 **parse_assignments(cfg.cost_models, "cost_models", cfg.aliases)}
-        return cost_stage_fn(cfg.cost, small=named["small"], large=named["large"], small_path=cfg.small,
-                             large_path=cfg.large, ladder={a: (named.get(a), spec) for a, spec in cfg.ladder_specs().items()})
-    return cost_stage_fn(cfg.cost, small=cfg.cost_model_small, large=cfg.cost_model_large,
-                         small_path=cfg.small, large_path=cfg.large)
+    named, specs = cfg.ladder_cost_models(), cfg.ladder_specs()
+    ladder = {a: (named.get(a), spec) for a, spec in specs.items()} if cfg.is_ladder else None  # a pair's metadata
+    return cost_stage_fn(cfg.cost, small=named.get("small"), large=named.get("large"), small_path=specs["small"],
+                         large_path=specs["large"], ladder=ladder)
 
 
 _MEANING: dict = {}

@@ -189,7 +189,7 @@ def raw_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=None)
     """(body, headers) of a plain model continuing `req.raw_prompt` as it is (/v1/completions)."""
     from routedvlm.errors import ModeUnavailableError
 
-    from ..sides.local.stages import record
+    from ..sides.results import record
     from ..routed import pipeline_sides
 
     model = pipeline_sides(routed.pipeline)[req.model]

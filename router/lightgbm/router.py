@@ -121,7 +121,7 @@ class LightGBMRouter(Router):
 
     @classmethod
     def _check_unverified(cls, directory: Path, files: list[str], why: str | None = None) -> None:
-        from ..integrity import UNHASHED, lightgbm_child
+        from .child_check import UNHASHED, lightgbm_child
 
         lightgbm_child([directory / f for f in files], why or UNHASHED)
 
@@ -132,7 +132,7 @@ class LightGBMRouter(Router):
         from ..integrity import read_verified
 
         if policy.format_version >= 2:  # a damaged file whose digest was re-computed must not abort or hang us
-            from ..integrity import HASHED
+            from .child_check import HASHED
 
             cls._check_unverified(directory, sorted(set(policy.params.get("model_files", {}).values())), HASHED)
         boosters = {}

@@ -191,13 +191,13 @@ class WordSide(ModelSide):
         return {"name": self.name, "dtype": None, "device": "words", "weights": None}
 
     def _gen(self, tokens):
-        from routedvlm.inference.sides.local.generation import Generation
+        from routedvlm.inference.sides.results import Generation
 
         return Generation(list(tokens), [-0.5] * len(tokens), 0.1, [float(i) for i in range(len(tokens))], 0.0, 1.0,
                           float(len(tokens)), 8, 0)
 
     def _answer(self, side, stage, question, cfg):
-        from routedvlm.inference.sides.local.stages import record
+        from routedvlm.inference.sides.results import record
 
         shown = sum(w.startswith("step") for w in question.split())
         gen = self._gen([f"{self.name}:{shown}"][: cfg.max_direct_tokens])
@@ -208,7 +208,7 @@ class WordSide(ModelSide):
         return gen, answer, [rec]
 
     def run_reasoning(self, side, request, cfg, max_tokens, *, cache=None, upcoming=(), inputs=None):
-        from routedvlm.inference.sides.local.stages import ReasoningRun, record
+        from routedvlm.inference.sides.results import ReasoningRun, record
 
         words = self.words[:max_tokens]
         gen = self._gen(words)

@@ -5,7 +5,7 @@ import pytest
 
 from routedvlm.errors import TrainingError
 from routedvlm.training.config import TrainConfig
-from routedvlm.training.knn import K_GRID, choose_k
+from routedvlm.training.knn.trainer import K_GRID, choose_k
 from routedvlm.training.meaning import encoder_params
 from routedvlm.training.pipeline import train_router
 from routedvlm.training.synthetic import make_synthetic_labels

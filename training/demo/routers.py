@@ -1,5 +1,6 @@
-"""The demo's router choice: train every router type named (`lightgbm`, `lora-probe`) in both modes on the demo
-labels, log and register them all, and promote the one with the best certified utility to `champion`.
+"""The demo's router choice: train every router type named (default: the types the registry marks `in_demo`, LightGBM
+and the LoRA probe) in both modes on the demo labels, log and register them all, and promote the one with the best
+certified utility to `champion`.
 
 Each router is certified at delta / (number of routers) (`delta_each`); the champion is chosen among them, so what
 holds for it is delta (a union bound over the routers): every certificate is restated at `delta_after_selection` =
@@ -14,17 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routedvlm.errors import ConfigError, RouterError, one_of
+from routedvlm.router.router_types import type_facts, with_fact
 
-ROUTER_TYPES = ("lightgbm", "lora-probe")
-MODES = (("cascade", True), ("one-shot", False))  # (mode, with_small_direct): the probe shares small_direct's prefill
+DEFAULT_ROUTERS = ",".join(with_fact("in_demo"))
+MODES = (("cascade", True), ("one-shot", False))  # (mode, with_small_direct): for a type sharing small_direct's prefill
 
 
 def parse_routers(text: str) -> list[str]:
-    """'lightgbm,lora-probe' -> ['lightgbm', 'lora-probe'] (ConfigError for unknown names)."""
+    """'a,b' -> ['a', 'b'], router types the registry marks `in_demo` (ConfigError for other names)."""
     names = [t.strip() for t in str(text).split(",") if t.strip()]
-    bad = [n for n in names if n not in ROUTER_TYPES]
+    bad = [n for n in names if n not in with_fact("in_demo")]
     if bad or not names:
-        raise ConfigError(f"The `routers` setting must list router types from {one_of(ROUTER_TYPES)}, comma-separated. "
+        raise ConfigError(f"The `routers` setting must list router types from {one_of(with_fact('in_demo'))}, "
+                          "comma-separated. "
                           f"Got {text!r} instead.")
     return list(dict.fromkeys(names))
 
@@ -61,7 +64,8 @@ def train_all(cfg, labels_path: Path, say) -> list[Trained]:
     for kind in kinds:
         for mode, with_small in MODES:
             name = f"{kind} {mode}"
-            tc = TrainConfig(data=str(labels_path), router=kind, mode=mode, with_small_direct=with_small and kind == "lora-probe",
+            tc = TrainConfig(data=str(labels_path), router=kind, mode=mode,
+                             with_small_direct=with_small and type_facts(kind).small_prefill,
                              output_dir=str(Path(cfg.out) / "train" / name.replace(" ", "-")),
                              tracking_uri=cfg.tracking_uri, register_as=cfg.register_as, experiment="routedvlm-demo",
                              seed=cfg.seed, target_accuracy=cfg.target_accuracy,
@@ -115,14 +119,14 @@ def summary_rows(trained: list[Trained]) -> str:
 
 
 def binary_router(trained: list, best):
-    """(router, its Trained) for the binary accept-or-reason rule at its certified threshold, on a LightGBM
-    router's P(large_direct) (cascade first: no second probe on RoutedVLM's small model), else the champion's;
-    (None, None) when no router certified one."""
+    """(router, its Trained) for the binary accept-or-reason rule at its certified threshold, on the P(large_direct)
+    of a router that reads features only (a LightGBM router; cascade first: no second probe on RoutedVLM's small
+    model), else the champion's; (None, None) when no router certified one."""
     import copy
 
     from routedvlm.router.policy import Policy
 
-    for t in sorted(trained, key=lambda t: (not t.name.startswith("lightgbm"), t is not best, t.name)):
+    for t in sorted(trained, key=lambda t: (bool(type_facts(t.config.router).inputs), t is not best, t.name)):
         member = t.result.evaluation["calibration"]["best_per_chain"].get("binary")
         if member:
             router = copy.copy(t.result.router)

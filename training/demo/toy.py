@@ -19,6 +19,7 @@ from routedvlm.errors import ConfigError, RouterError
 from routedvlm.router.checkpoints import portable_path
 from routedvlm.router.strategies import LARGE_REASON
 
+from .routers import DEFAULT_ROUTERS
 from .label_source import BUNDLED_N_LABEL, _fresh, label_split  # noqa: F401 - _fresh, label_split: used by ladder.py too
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class DemoConfig:
                                              "more calibration rows than the demo labels)")
     min_accuracy: float | None = _f(None, "absolute accuracy target instead")
     delta: float = _f(0.1, "Learn-then-Test level of the champion's certificate (each router gets delta / routers)")
-    routers: str = _f("lightgbm,lora-probe", "router types to train, each in cascade and one-shot mode; the best "
+    routers: str = _f(DEFAULT_ROUTERS, "router types to train, each in cascade and one-shot mode; the best "
                                              "certified utility becomes champion")
     live_mutual_verification: bool = _f(True, "also run mutual verification live through RoutedVLM")
     seed: int = _f(0, "seed of the toy splits and of train-router")

@@ -1,4 +1,4 @@
-"""The `lightgbm` router type's training unit: its trainer (the one the registry names), the fit the LightGBM
+"""The `lightgbm` router type's training unit: its trainer (the one the registry names), its settings (config.py), the fit the LightGBM
 comparisons and the `--calib-fraction auto` simulation use, and a ladder's sub-pair router (docs/layout.md).
 
 Nothing is imported here, so the sub-pair fit (reached from the shared steps) is imported without closing an import

@@ -16,9 +16,10 @@ def fit_pair_router(config: TrainConfig, train: pd.DataFrame, cands, feats, paid
     from ..costs import expected_costs
     from ..fit import fit_models, ladder_in, lgb_params
 
-    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(train, feats, cands, num_boost_round=config.num_boost_round,
-                                     params=params, cv_folds=config.cv_folds)
+    own = config.settings[NAME]
+    params = lgb_params(own.num_leaves, own.learning_rate, config.seed)
+    boosters, constants = fit_models(train, feats, cands, num_boost_round=own.num_boost_round,
+                                     params=params, cv_folds=own.cv_folds)
     policy = Policy(router_type=NAME, mode=config.mode, strategies=cands, paid_stages=paid, features=feats,
                     ladder=list(ladder_in(train)), expected_cost_ms=expected_costs(train, cands, config.mode, paid),
                     fallback=fallback, target=config.target, training_data_hash=labels_hash,

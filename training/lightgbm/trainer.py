@@ -1,5 +1,5 @@
-"""The `lightgbm` router type's trainer (`train_lightgbm`, registered in `routedvlm.router.router_types`): one LightGBM
-model per candidate strategy on the training rows, then the same certification and evaluation as every type
+"""The `lightgbm` router type's trainer (`train_lightgbm`, registered in `routedvlm.router.router_types`, with its
+settings in config.py): one LightGBM model per candidate strategy on the training rows, then the same certification and evaluation as every type
 (../steps.py).
 
 `fit_router` is also what the LightGBM comparison beside a probe (probe/evaluate.py) and the policy template the LoRA
@@ -52,13 +52,14 @@ def fit_router(config: TrainConfig, split, candidates, features, paid, labels_ha
 
     from ..fit import fit_models, lgb_params
 
-    params = lgb_params(config.num_leaves, config.learning_rate, config.seed)
-    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=config.num_boost_round,
-                                     params=params, cv_folds=config.cv_folds)
+    own = config.settings[NAME]  # this type's settings (config.py)
+    params = lgb_params(own.num_leaves, own.learning_rate, config.seed)
+    boosters, constants = fit_models(split.train, features, candidates, num_boost_round=own.num_boost_round,
+                                     params=params, cv_folds=own.cv_folds)
     rounds = {s: int(b.current_iteration()) for s, b in boosters.items()}
     policy = base_policy(config, split, candidates, features, paid, labels_hash, NAME,
-                         {"constants": constants, NAME: {**params, "num_boost_round": config.num_boost_round,
-                                                         "cv_folds": config.cv_folds, "rounds": rounds}},
+                         {"constants": constants, NAME: {**params, "num_boost_round": own.num_boost_round,
+                                                         "cv_folds": own.cv_folds, "rounds": rounds}},
                          prompt_template=prompt_template)
     return LightGBMRouter(policy, boosters)
 

@@ -19,6 +19,8 @@ import pandas as pd
 from routedvlm.errors import ConfigError
 from routedvlm.router.strategies import SMALL_DIRECT
 
+from . import LORA_PROBE
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +30,7 @@ def resolve_base(config, metadata: dict) -> Path:
     from routedvlm.router.checkpoints import locate_checkpoint, recorded_weights
 
     small = (metadata.get("models") or {}).get("small") or {}
-    return locate_checkpoint(small.get("name"), recorded_weights(small), given=config.base, flag="--base",
+    return locate_checkpoint(small.get("name"), recorded_weights(small), given=config.settings[LORA_PROBE].base, flag="--base",
                              what="The lora probe's base (the labels' small model)")
 
 
@@ -78,7 +80,8 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     from .fit import set_feature_scaling
     from ..split import split_labels
 
-    if config.resume and not config.output_dir:
+    own = config.settings[LORA_PROBE]  # this type's settings (config.py)
+    if own.resume and not config.output_dir:
         raise ConfigError("`--resume` needs the --output-dir of the run to continue (its checkpoints/ folder).")
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
     if labels is None:
@@ -87,15 +90,15 @@ def prepare(config, labels, metadata, samples) -> ProbeJob:
     labels_hash = metadata.get("content_hash") or content_hash(labels)
     base = resolve_base(config, metadata)
     candidates, features, paid = plan(config, labels)
-    data = samples if samples is not None else attach_samples(labels, metadata, config.dataset)
+    data = samples if samples is not None else attach_samples(labels, metadata, own.dataset)
     split = split_labels(data, config.calib_fraction, config.test_fraction, config.seed)
     template = fit_router(config, split, candidates, features, paid, labels_hash,  # costs, fallback, split params
                           prompt_template=prompt_template_of(metadata))
     fields = {k: v for k, v in template.policy.to_dict().items() if k != "created_at"}
-    policy = Policy(**{**fields, "router_type": "lora-probe",
+    policy = Policy(**{**fields, "router_type": LORA_PROBE,
                        "params": {"base_model": portable_path(base), "base_hash": weights_hash(base),
                                   "prompt": "small model, direct mode", "split": template.policy.params["split"]}})
-    net = ProbeNet(load_base(base, given=base), candidates, features, lora_r=config.lora_r, lora_alpha=2 * max(config.lora_r, 1),
+    net = ProbeNet(load_base(base, given=base), candidates, features, lora_r=own.lora_r, lora_alpha=2 * max(own.lora_r, 1),
                    seed=config.seed)
     set_feature_scaling(net, split.train)
     out = Path(config.output_dir) if config.output_dir else default_output_dir()
@@ -106,13 +109,13 @@ def fit(job: ProbeJob) -> dict:
     """Fine-tune with checkpoints; the training state plus final train and calibration losses."""
     from .fit import encode_rows, fit_probe, mean_loss
 
-    c, net, split = job.config, job.net, job.split
+    c, own, net, split = job.config, job.config.settings[LORA_PROBE], job.net, job.split
     identity = {"base_hash": job.policy.params["base_hash"], "labels_hash": job.labels_hash,
-                "strategies": net.strategies, "features": net.features, "lora_r": c.lora_r, "seed": c.seed,
+                "strategies": net.strategies, "features": net.features, "lora_r": own.lora_r, "seed": c.seed,
                 "split": split.sizes()}
     items = encode_rows(net, split.train)
-    state = fit_probe(net, items, epochs=c.epochs, lr=c.lr, batch_size=c.batch_size, seed=c.seed,
-                      checkpoints=job.out / "checkpoints", resume=c.resume, identity=identity)
+    state = fit_probe(net, items, epochs=own.epochs, lr=own.lr, batch_size=own.batch_size, seed=c.seed,
+                      checkpoints=job.out / "checkpoints", resume=own.resume, identity=identity)
     state["final_loss"] = mean_loss(net, items)
     state["calibration_loss"] = mean_loss(net, encode_rows(net, split.calibration, progress=False))
     log.info("probe trained: train loss %.4f -> %.4f; calibration loss %.4f", state["initial_loss"],
@@ -128,6 +131,7 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
     from ..steps import pair_rows, policy_metrics
 
     c, net, split, policy = job.config, job.net, job.split, job.policy
+    own = c.settings[LORA_PROBE]
     p_cal, _ = pe.predict_table(net, split.calibration)
     p_test, own_ms = pe.predict_table(net, split.test)
     shared_ms, shared_diff = pe.shared_cost_ms(net, split.test)
@@ -151,6 +155,6 @@ def evaluate_probe(job: ProbeJob, state: dict) -> dict:
                    "resumed_from": state.get("resumed_from")}
     policy.metrics = {**policy_metrics(ev), "probe_cost_ms_mean": cost, "calibration_loss": state["calibration_loss"]}
     policy.params.update({"probe_ms": {"own_median": float(np.median(own_ms)), "shared_median": shared_ms},
-                          "training": {"epochs": c.epochs, "lr": c.lr, "batch_size": c.batch_size, "seed": c.seed,
+                          "training": {"epochs": own.epochs, "lr": own.lr, "batch_size": own.batch_size, "seed": c.seed,
                                        "train_losses": state["losses"]}})
     return ev

@@ -18,6 +18,7 @@ from routedvlm.errors import ConfigError
 from routedvlm.router.self_probe import HIDDEN_KEY, SelfProbeRouter
 from routedvlm.router.strategies import LARGE_DIRECT
 
+from . import SELF_PROBE
 from .hidden_states import HiddenInfo, attach_hidden, large_on_engine, n_layers_of, resolve_large  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def fit_self_probe(config, split, candidates, features, paid, labels_hash: str, 
                           f"--mode cascade (got {config.mode!r}).")
     head = fit_head(design_matrix(split.train, features),
                     {s: split.train[f"correct__{s}"].to_numpy() for s in candidates}, seed=config.seed)
-    policy = base_policy(config, split, candidates, features, paid, labels_hash, "self-probe",
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, SELF_PROBE,
                          {**info.params(), "head_kind": "logistic"}, prompt_template=prompt_template)
     return SelfProbeRouter(policy, head)
 
@@ -121,12 +122,13 @@ def prepare_hidden(config, labels: pd.DataFrame, metadata: dict) -> tuple[pd.Dat
     from .data import attach_samples
 
     large = resolve_large(config, metadata)
-    data = attach_samples(labels, metadata, config.dataset)
-    layers = config.hidden_layers
+    own = config.settings[SELF_PROBE]  # this type's settings (config.py)
+    data = attach_samples(labels, metadata, own.dataset)
+    layers = own.hidden_layers
     if not layers:
         n = n_layers_of(large)
         layers = default_layers(n) if n else [-1]
-    return attach_hidden(data, metadata, large, layers, config.hidden_position,
+    return attach_hidden(data, metadata, large, layers, own.hidden_position,
                          engine=large_on_engine(config, metadata))
 
 
@@ -142,7 +144,7 @@ def compare_with_lightgbm(ev: dict, router, config, split, candidates, features,
     out = side_by_side(ev, comparison)
     y = split.test[f"correct__{LARGE_DIRECT}"].to_numpy(dtype=int)
     if LARGE_DIRECT in candidates and 0 < y.sum() < len(y):
-        auroc = {"self-probe": float(roc_auc_score(y, router.predict_proba(split.test)[LARGE_DIRECT]))}
+        auroc = {SELF_PROBE: float(roc_auc_score(y, router.predict_proba(split.test)[LARGE_DIRECT]))}
         if comparison is not None:
             auroc[NAME] = float(roc_auc_score(y, comparison["router"].predict_proba(split.test)[LARGE_DIRECT]))
         out["auroc_large_direct"] = auroc

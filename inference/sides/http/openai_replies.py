@@ -14,7 +14,7 @@ import io
 import math
 import re
 
-from ..local.generation import Generation
+from ..results import Generation
 from ..base import THINK_CLOSE, THINK_OPEN
 
 PIECES = re.compile(r"\s*\S+")

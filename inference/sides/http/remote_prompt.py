@@ -26,10 +26,9 @@ import itertools
 
 from routedvlm.errors import BackendError, ModeUnavailableError
 
-from ..local.generation import Generation
+from ..results import Generation, record
 from ...threads import parallel
 from ..base import PromptPrefix
-from ..local.stages import record
 
 
 class RemotePrompt(PromptPrefix):

@@ -48,7 +48,7 @@ from .sessions import SESSION_HEADER, SESSION_HEADER_ENV, measurement_salt, sess
 from .openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
                                        openai_messages, reasoning_tokens, split_reasoning, usage_counts)
 from ...prompts import DEFAULT_PROMPTS, PromptConfig
-from ..local.stages import ReasoningRun, record
+from ..results import ReasoningRun, record
 from ..base import THINK_CLOSE, THINK_OPEN, ModelSide
 
 logger = logging.getLogger(__name__)

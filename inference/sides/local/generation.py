@@ -14,6 +14,7 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+from ..results import Generation  # noqa: F401 - what timed_generate returns, kept importable from here
 from .hidden import capture_of
 
 _PIXEL_KEYS = ("pixel_values", "pixel_values_images")
@@ -50,35 +51,6 @@ def lean(per_step_sync: bool = True):
         yield
     finally:
         _LEAN = previous
-
-
-@dataclass
-class Generation:
-    """One generate call. Times in ms; `token_times_ms[i]` is cumulative decode time when token i was chosen
-    (0 for the first token, which comes out of the prefill). Tensors (`first_logits`, `cache`) are not
-    serialised by `to_dict`."""
-
-    token_ids: list
-    token_logprobs: list
-    first_token_entropy: float
-    token_times_ms: list
-    vision_ms: float
-    prefill_ms: float
-    decode_ms: float
-    prefill_tokens: int
-    cached_tokens: int
-    first_logits: object = field(default=None, repr=False)
-    cache: object = field(default=None, repr=False)
-    hidden: object = field(default=None, repr=False)  # HiddenStates when capture is on (see hidden.py)
-
-    @property
-    def output_tokens(self) -> int:
-        return len(self.token_ids)
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "token_ids", "token_logprobs", "first_token_entropy", "token_times_ms", "vision_ms",
-            "prefill_ms", "decode_ms", "prefill_tokens", "cached_tokens")} | {"output_tokens": self.output_tokens}
 
 
 class _StepRecorder:

@@ -1,27 +1,17 @@
 """The stages of a local (transformers) side: a direct answer, a reasoning run, and the cached prompt prefix.
 
-`sides/local/side.py` (`VLM`) calls these for its `ModelSide` stage methods; `record` and `ReasoningRun` are the types
-every side returns. Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
+`sides/local/side.py` (`VLM`) calls these for its `ModelSide` stage methods; `record` and `ReasoningRun`, the types
+every side returns, are `sides/results.py`'s. Each stage returns its generation(s) plus trace records (plain dicts, JSON-serialisable) with the keys
 `stage`, `model`, `checkpoint`, `mode`, `vision_ms`, `prefill_ms`, `prefill_tokens`, `cached_tokens`,
 `decode_ms`, `decode_tokens`.
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
 from ..base import PromptPrefix
-from .generation import Generation, cache_kwarg, common_prefix_len, continue_from, prefill_prefix, timed_generate
-
-
-def record(stage: str, side: str, vlm, mode: str, gen: Generation, **extra) -> dict:
-    """A trace record for one generate call of `side` ("small"/"large")."""
-    return {
-        "stage": stage, "model": side, "checkpoint": vlm.name, "mode": mode,
-        "vision_ms": round(gen.vision_ms, 3), "prefill_ms": round(gen.prefill_ms, 3),
-        "prefill_tokens": int(gen.prefill_tokens), "cached_tokens": int(gen.cached_tokens),
-        "decode_ms": round(gen.decode_ms, 3), "decode_tokens": int(gen.output_tokens), **extra,
-    }
+from ..results import Generation, ReasoningRun, record  # noqa: F401 - every side's result types, kept importable here
+from .generation import cache_kwarg, common_prefix_len, continue_from, prefill_prefix, timed_generate
 
 
 def direct_inputs(vlm, request) -> dict:
@@ -53,23 +43,6 @@ def direct_answer(vlm, side: str, request, cfg, *, cache=None, upcoming=(), inpu
     gen, records = _generate(vlm, side, inputs, f"{side}_direct", vlm.mode_name("direct"), cache, upcoming,
                              max_new_tokens=cfg.max_direct_tokens, min_new_tokens=cfg.min_new_tokens)
     return gen, vlm.clean_answer(gen.token_ids), records
-
-
-@dataclass
-class ReasoningRun:
-    """One reasoning-mode run of a side: the reasoning tokens and, when it got that far, its answer."""
-
-    vlm: object
-    side: str
-    gen: Generation
-    prompt_ids: object
-    reasoning_ids: list
-    reasoning_text: str
-    answer: str | None
-    records: list = field(default_factory=list)
-    answer_gen: Generation | None = None
-    inputs: dict = field(default=None, repr=False)  # the reasoning prompt's model inputs
-    rope: object = field(default=None, repr=False)  # the Qwen-VL rope offset of that prompt
 
 
 def reasoning_run(side_vlm, side: str, request, cfg, max_tokens: int, *, cache=None, upcoming=(),

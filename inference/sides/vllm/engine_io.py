@@ -9,7 +9,7 @@ import os
 
 from routedvlm.errors import ConfigError
 
-from ..local.generation import Generation
+from ..results import Generation
 
 ENGINE_ARGS_ENV = "ROUTEDVLM_VLLM_ENGINE_ARGS"
 ENGINE_DEFAULTS = {"enable_prefix_caching": True, "disable_log_stats": False,

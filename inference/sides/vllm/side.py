@@ -36,8 +36,7 @@ from ...prompts import DEFAULT_PROMPTS, PromptConfig
 from ..base import THINK_CLOSE, ModelSide, continue_partial
 from ..chat import ChatFormat
 from ..http.side import measurement_salt
-from ..local.generation import Generation
-from ..local.stages import ReasoningRun, record
+from ..results import Generation, ReasoningRun, record
 from .engine_io import ENGINE_ARGS_ENV, freeze_heap, generation, image_uuid, resolve_engine_args
 
 log = logging.getLogger(__name__)

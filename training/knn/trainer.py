@@ -1,4 +1,4 @@
-"""The `knn` router type's trainer: a bank of the training rows (features + correctness per strategy), with k and the
+"""The `knn` router type's trainer (registered in `routedvlm.router.router_types`; no settings of its own, config.py): a bank of the training rows (features + correctness per strategy), with k and the
 smoothing prior chosen by leave-one-out log loss on the training rows alone, then the same certification and
 evaluation as every type (steps.py).
 
@@ -11,11 +11,13 @@ import logging
 import numpy as np
 import pandas as pd
 
-from .config import TrainConfig
-from .labels_io import content_hash
-from .meaning import encoder_params
-from .split import split_labels
-from .steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
+from ..config import TrainConfig
+from ..labels_io import content_hash
+from ..meaning import encoder_params
+from ..split import split_labels
+from ..steps import TrainResult, base_policy, certify_and_evaluate, finish, plan, prompt_template_of
+
+from . import NAME
 
 log = logging.getLogger(__name__)
 K_GRID = (5, 10, 20, 40, 80)
@@ -39,8 +41,8 @@ def fit_knn(config, split, candidates, features, paid, labels_hash, prompt_templ
     bank = bank_of(split.train, features, candidates)
     k, prior, loss = choose_k(bank, candidates, features)
     log.info("knn: k=%d, prior=%.1f (leave-one-out log loss %.4f on %d training rows)", k, prior, loss, len(bank["x"]))
-    policy = base_policy(config, split, candidates, features, paid, labels_hash, "knn",
-                         {"knn": {"k": k, "prior": prior, "loo_log_loss": loss, "k_grid": list(K_GRID)}},
+    policy = base_policy(config, split, candidates, features, paid, labels_hash, NAME,
+                         {NAME: {"k": k, "prior": prior, "loo_log_loss": loss, "k_grid": list(K_GRID)}},
                          prompt_template=prompt_template)
     return KNNRouter(policy, bank)
 

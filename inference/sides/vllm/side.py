@@ -248,7 +248,8 @@ class VLLMEngine(ChatFormat, ModelSide):
         from routedvlm.inference.streaming import current_streamer
 
         streamer = current_streamer()  # a streamed request's answer call: its tokens go out as the engine decodes them
-        out = self.driver.submit(prompt, params, None if streamer is None else streamer.feed).result()
+        fut = self.driver.submit(prompt, params) if streamer is None else self.driver.submit(prompt, params, streamer.feed)
+        out = fut.result()
         if self.request_log is not None:
             self.request_log.append((stage, prompt, params, out))
         return self.generation(out, (time.perf_counter() - t0) * 1000)

@@ -61,7 +61,8 @@ $(CLIENTS_STAMP): $(CLIENTS_DIR)/requirements.txt
 clients-env: $(CLIENTS_STAMP)
 
 # lmms-eval (its OpenAI model type against routedvlm serve) in its own venv: its dependency set (torch, torchvision,
-# wandb, opencv, ... 138 packages, three built from source) took 22.6 min to install here, so `make test` leaves it out:
+# wandb, opencv, ... 138 packages, three built from source) took 22.6 min to resolve and install here and 12.3 min from
+# this lock with a warm pip cache (2 shared cores, load 10-12), so `make test` leaves it out:
 # `make test-lmms` builds .venv-lmms from the hashed pins of $(CLIENTS_DIR)/requirements-lmms.txt and runs the tests
 # marked `lmms`.
 LMMS_VENV ?= .venv-lmms

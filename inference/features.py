@@ -52,8 +52,7 @@ class FeatureContext:
 
         out = []
         for im in self.images:
-            t = im.convert("RGB")
-            t.thumbnail((_THUMB, _THUMB))
+            t = thumbnail(im)
             pixels = np.frombuffer(t.tobytes(), dtype=np.uint8).reshape(t.height, t.width, 3)
             out.append(pixels.astype(np.float32) / 255.0)
         return out
@@ -65,6 +64,28 @@ class FeatureContext:
 
     def stage(self, name: str):
         return self.stages[name]
+
+
+def thumbnail(im):
+    """The image features' RGB thumbnail of `im`: what `im.convert("RGB")` then `.thumbnail((64, 64))` gives, without
+    the full-size copy `convert` makes of an image that is RGB already (6 ms of a 1920x1080 request at load 10): the
+    same size rule as Pillow's `thumbnail` and the same `resize` call (a converted copy never has a draft mode)."""
+    from PIL import Image
+
+    t = im if im.mode == "RGB" else im.convert("RGB")
+    x, y = _THUMB, _THUMB
+    if x >= t.width and y >= t.height:
+        return t
+    aspect = t.width / t.height
+    if x / y >= aspect:
+        x = _round_aspect(y * aspect, key=lambda n: abs(aspect - n / y))
+    else:
+        y = _round_aspect(x / aspect, key=lambda n: 0 if n == 0 else abs(aspect - x / n))
+    return t if t.size == (x, y) else t.resize((x, y), Image.Resampling.BICUBIC, reducing_gap=2.0)
+
+
+def _round_aspect(number: float, key) -> int:
+    return max(min(math.floor(number), math.ceil(number), key=key), 1)
 
 
 def _mean_over_images(ctx: FeatureContext, stat: str) -> float:

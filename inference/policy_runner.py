@@ -9,7 +9,8 @@ lists them and `answer_model` is the one whose answer is returned.
 A router that raises at decision time never fails the request: the fallback router decides instead, and the
 router's `RouterHealth` counts it (unhealthy after consecutive failures, each cause logged once). Its scoring runs
 under `decision_timeout` seconds (decision_deadline.py): one that overruns is answered by the fallback and leaves
-the router unhealthy (stalled) until it returns, without holding the request.
+the router unhealthy (stalled) until it returns, without holding the request. A router whose decision is bounded by
+construction (`Router.bounded_decision`: LightGBM's checked trees, the fixed rules) decides in the request's thread.
 `run(..., max_tokens=, on_decision=, sink=)` caps the final answer, reports the route (and the models it runs) as
 soon as it is decided, and streams the final answer into an `AnswerSink` as it decodes.
 """
@@ -134,7 +135,8 @@ class PolicyRunner:
         t1 = time.perf_counter()
         extra = router.runtime_inputs(req, ran, self.pipeline) if uses_model(router.policy.decision_rule) else {}
         inputs, paid = {**feats, **extra}, list(ran)
-        step = (deadline.call if deadline is not None else _now)(lambda: next_action(router, inputs, paid=paid))
+        bounded = deadline is None or router.bounded_decision  # e.g. checked LightGBM trees: no worker thread handoff
+        step = (_now if bounded else deadline.call)(lambda: next_action(router, inputs, paid=paid))
         if step.kind != "answer":  # the stages ran above: only a router whose stages changed meanwhile gets here
             raise RuntimeError(f"the policy asks for stage {step.stage!r} after its stages ran")
         t2 = time.perf_counter()

@@ -6,7 +6,9 @@ The decision rules live in `decision_rules.py` (the policy's `rule`) and are sha
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from operator import itemgetter
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -17,8 +19,33 @@ from .policy import Policy
 from .strategies import feature_stages
 
 
+class DecisionPlan(NamedTuple):
+    """What `decide()` reads of the policy, prepared once (Router._decision_plan)."""
+
+    rule: dict
+    uses_model: bool
+    needed: frozenset  # the decision features
+    order: list  # candidates by cost, then canonical order
+    costs: dict
+    fallback: str
+    values: Callable  # {feature: value} -> the model features' values, in policy order (a tuple)
+
+
+def _values_getter(names: list[str]) -> Callable:
+    if len(names) == 1:
+        name = names[0]
+        return lambda row: (row[name],)
+    return itemgetter(*names) if names else (lambda row: ())
+
+
 class Router(ABC):
-    """features -> P(correct) per candidate strategy -> Decision, under `self.policy`."""
+    """features -> P(correct) per candidate strategy -> Decision, under `self.policy`.
+
+    `bounded_decision` (class attribute): whether `decide()` provably returns in a time bounded by the router's own
+    size, with no model call, I/O or lock held elsewhere (a fixed rule; LightGBM trees checked to be trees at load).
+    RoutedVLM runs such a decision in the request's thread; any other runs under its decision deadline."""
+
+    bounded_decision = False
 
     def __init__(self, policy: Policy):
         if not isinstance(policy, Policy):
@@ -26,6 +53,7 @@ class Router(ABC):
         self.policy = policy
         self._order_key = None
         self._order = cost_order(policy.strategies, self._costs)  # fail early on bad costs
+        self._plan_key, self._plan = None, None
 
     @property
     def _costs(self) -> dict[str, float]:
@@ -39,6 +67,18 @@ class Router(ABC):
         if key != self._order_key:
             self._order, self._order_key = cost_order(self.policy.strategies, self._costs), key
         return self._order
+
+    def _decision_plan(self) -> DecisionPlan:
+        """The policy as `decide()` reads it, rebuilt only when a field it depends on changed: the fields are compared
+        by value with copies taken when it was built (a policy edited in place is seen), a few C-level comparisons."""
+        p, built = self.policy, getattr(self, "_plan_key", None)  # None too for a subclass that skipped __init__
+        if (p.tau, p.fallback, p.rule, p.expected_cost_ms, p.strategies, p.features) != built:
+            key = (p.tau, p.fallback, dict(p.rule), dict(p.expected_cost_ms), list(p.strategies), list(p.features))
+            rule = p.decision_rule
+            self._plan = DecisionPlan(rule, uses_model(rule), frozenset(p.decision_features), list(self._cost_order()),
+                                      dict(self._costs), p.fallback, _values_getter(list(p.features)))
+            self._plan_key = key
+        return self._plan
 
     # ---- scoring ----
     @abstractmethod
@@ -77,11 +117,16 @@ class Router(ABC):
         """The decision for one sample; `features` maps feature names to numbers (extra keys ignored)."""
         if not isinstance(features, dict):
             raise RouterError(f"decide() takes a dict of features. Got {type(features).__name__}; use decide_batch for a DataFrame.")
-        self.check_features(features)
-        rule = self.policy.decision_rule
-        p = self._proba_row(features) if uses_model(rule) else {}
-        strategy, reason = apply_rule_one(rule, p, features, self._cost_order(), self._costs, self.policy.fallback)
+        plan = self._decision_plan()
+        if not features.keys() >= plan.needed:
+            self.check_features(features)  # names the missing ones
+        p = self._proba_plan(features, plan) if plan.uses_model else {}
+        strategy, reason = apply_rule_one(plan.rule, p, features, plan.order, plan.costs, plan.fallback)
         return Decision(strategy, keep_tokens_of(strategy), p, reason)
+
+    def _proba_plan(self, row: dict, plan: DecisionPlan) -> dict[str, float]:
+        """`_proba_row` for `decide()`, which has the plan at hand (a router type may read `plan.values`)."""
+        return self._proba_row(row)
 
     def _inputs(self, df):
         """The columns of `df` that `predict_proba` reads: the policy's features (a probe router adds the

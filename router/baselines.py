@@ -35,6 +35,8 @@ class FixedRouter(Router):
     """Always the same strategy (a baseline, or `RoutedVLM(router="large_reason")`, `"mid_direct"` on a ladder: its
     policy's ladder is the smallest that has the strategy's models)."""
 
+    bounded_decision = True  # a fixed rule: no model
+
     def __init__(self, strategy: str | None = None, *, policy: Policy | None = None):
         if policy is None:
             if strategy is None:
@@ -64,6 +66,8 @@ class FixedRouter(Router):
 class MutualVerificationRouter(Router):
     """The published rule: accept `large_direct` when it agrees with `check` (small_direct), else
     `transfer_<keep_tokens>` (keep_tokens=None: transfer_all). Mode cascade; both direct stages are paid."""
+
+    bounded_decision = True  # a fixed rule: no model
 
     def __init__(self, keep_tokens: int | None = DEFAULT_MV_KEEP_TOKENS, check: str = SMALL_DIRECT, *,
                  policy: Policy | None = None):

@@ -28,7 +28,8 @@ class RouterType:
     other type takes the default share), `modes` (the training modes it supports, None: all) with `modes_why`,
     `config` (its settings dataclass, "module:attribute" in routedvlm.training; None: no settings of its own),
     `small_prefill` (it reads the small VLM's direct-mode prefill, so a cascade's small_direct features cost it no
-    extra pass), `in_demo` (`routedvlm demo` trains it by default).
+    extra pass), `in_demo` (`routedvlm demo --full` and `--quick` train it), `demo_default` (the default `routedvlm
+    demo`, a run of minutes, trains it).
     `learned`: it has a trainer (a rule router learns nothing and reads no checkpoints)."""
 
     name: str
@@ -45,6 +46,7 @@ class RouterType:
     modes_why: str = ""
     small_prefill: bool = False
     in_demo: bool = False
+    demo_default: bool = False
 
     def router_class(self):
         """The Router subclass (imported now); RouterLoadError when its dependencies are missing."""
@@ -63,7 +65,7 @@ class RouterType:
 ROUTER_TYPES: dict[str, RouterType] = {t.name: t for t in (
     RouterType("lightgbm", "routedvlm.router.lightgbm:LightGBMRouter", "routedvlm.training.lightgbm.trainer:train_lightgbm",
                "model_<strategy>.txt (LightGBM text models)", "routedvlm.training.lightgbm.config:LightGBMConfig",
-               calibration_data=True, chooses_share=True, in_demo=True),
+               calibration_data=True, chooses_share=True, in_demo=True, demo_default=True),
     RouterType("lora-probe", "routedvlm.router.lora_probe:LoRAProbeRouter", "routedvlm.training.probe.lora_probe:train_probe",
                "adapter/ (peft LoRA), head.safetensors", "routedvlm.training.probe.config:LoRAProbeConfig",
                requirements=("torch", "transformers", "peft", "safetensors", "pillow", "tokenizers"),

@@ -1,24 +1,35 @@
 """All strategies' P(correct) for one row through LightGBM's own single-row fast path (C API, through ctypes).
 
 `Booster.predict` on a one-row matrix spends ~50-80 us in Python and ctypes before a tree is walked (LightGBM issue
-#6913: the Python package does not expose the fast path). `FastRows` prepares one `FastConfig` per booster once
-(`LGBM_BoosterPredictForMatSingleRowFastInit`) and then answers a row with one C call per booster into preallocated
-buffers: the same engine and the same trees as `Booster.predict`, so the same numbers, in a few microseconds each.
+#6913: the Python package does not expose the fast path). `fast_rows` prepares LightGBM's `FastConfig`
+(`LGBM_BoosterPredictForMatSingleRowFastInit`) once and then answers a row into preallocated buffers:
+- `MergedRows` (binary models, the trainer's kind): the boosters merged into one N-output model (merged.py), so one C
+  call walks every strategy's trees, returning raw scores that get LightGBM's own sigmoid here;
+- `FastRows` (any other objective): one C call per booster.
+Both run LightGBM's engine on LightGBM's trees, so they answer what `Booster.predict` answers; the merged model is
+checked against `Booster.predict` on probe rows at load and dropped (with a log line) if it disagrees.
 The library is opened as a `ctypes.PyDLL` (each call holds the GIL) and a lock spans filling the row buffer and the
-calls, so threads deciding at once (serve, a decision deadline's worker) never read each other's row.
+call, so threads deciding at once (serve, a decision deadline's worker) never read each other's row.
 `fast_rows` returns None where the fast path is unavailable (an older LightGBM, a failed init); callers then use
-`Booster.predict`. Only boosters whose trees passed `trees.tree_problem` are handed here (LightGBMRouter checks).
+`Booster.predict`. Only boosters whose trees passed `trees.tree_problem` are handed here (LightGBMRouter checks), and
+the merged model is checked again on LightGBM's parse of it.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
+import math
+import struct
 import threading
 import weakref
+
+from .merged import merged_text
+from .trees import tree_problem
 
 log = logging.getLogger(__name__)
 C_API_DTYPE_FLOAT64 = 1
 C_API_PREDICT_NORMAL = 0
+C_API_PREDICT_RAW_SCORE = 1
 _API: dict = {}
 
 
@@ -47,7 +58,7 @@ def _api():
 
 
 class FastRows:
-    """P(correct) of one row for several boosters; `boosters` is a list of lightgbm.Booster over `n_features`."""
+    """P(correct) of one row for several boosters, one C call each; `boosters` are lightgbm.Booster over `n_features`."""
 
     def __init__(self, boosters: list, n_features: int, configs: list, predict):
         self.boosters = boosters  # kept alive: each FastConfig points into its booster
@@ -68,26 +79,99 @@ class FastRows:
         return out
 
 
-def fast_rows(boosters: list, n_features: int) -> FastRows | None:
-    """A `FastRows` for `boosters`, or None when LightGBM's fast path is unavailable here."""
+class MergedRows:
+    """P(correct) of one row for N binary boosters merged into one N-output `booster`: one C call, then the sigmoid."""
+
+    def __init__(self, booster, n_features: int, config, predict, sigmoids: list[float]):
+        self.booster = booster  # kept alive: the FastConfig points into it
+        self.row = (ctypes.c_double * n_features)()
+        self._raw = (ctypes.c_double * len(sigmoids))()
+        self._pack = struct.Struct(f"{n_features}d").pack_into
+        self._call = (predict, config, self.row, ctypes.byref(ctypes.c_int64()), self._raw)
+        self._negated = [-s for s in sigmoids]  # LightGBM: 1 / (1 + exp(-sigmoid * raw))
+        self._lock = threading.Lock()
+
+    def predict(self, values) -> list[float]:
+        """P(correct) per booster, in order, for the row `values` (numbers, NaN for missing; TypeError otherwise)."""
+        predict, config, row, length, raw = self._call
+        with self._lock:
+            try:
+                self._pack(row, 0, *values)
+            except struct.error as exc:
+                raise TypeError(str(exc)) from None
+            if predict(config, row, length, raw) != 0:
+                raise RuntimeError("LightGBM's single-row prediction failed")
+            scores = raw[:]
+        exp = math.exp
+        try:
+            return [1.0 / (1.0 + exp(s * x)) for s, x in zip(self._negated, scores)]
+        except OverflowError:  # a raw score beyond -709
+            return [_sigmoid(s, x) for s, x in zip(self._negated, scores)]
+
+
+def _sigmoid(negated: float, raw: float) -> float:
+    try:
+        return 1.0 / (1.0 + math.exp(negated * raw))
+    except OverflowError:  # C's exp gives inf there, so LightGBM's probability is 0.0
+        return 0.0
+
+
+def fast_rows(boosters: list, n_features: int) -> MergedRows | FastRows | None:
+    """The fastest single-row scorer of `boosters` available here (MergedRows, else FastRows), or None."""
     api = _api()
     if api is None:
         return None
-    init, predict, free = api
+    return _merged_rows(boosters, n_features, api) or _fast_rows(boosters, n_features, api)
+
+
+def _init(booster, n_features: int, api, predict_type: int):
+    init = api[0]
+    handle = ctypes.c_void_p()
+    num_iteration = booster.best_iteration if booster.best_iteration > 0 else -1  # what Booster.predict uses
+    rc = init(booster._handle, predict_type, 0, num_iteration, C_API_DTYPE_FLOAT64, n_features, b"num_threads=1",
+              ctypes.byref(handle))
+    return handle if rc == 0 else None
+
+
+def _fast_rows(boosters: list, n_features: int, api) -> FastRows | None:
     configs = []
     for b in boosters:
-        handle = ctypes.c_void_p()
-        num_iteration = b.best_iteration if b.best_iteration > 0 else -1  # what Booster.predict uses
-        rc = init(b._handle, C_API_PREDICT_NORMAL, 0, num_iteration, C_API_DTYPE_FLOAT64, n_features,
-                  b"num_threads=1", ctypes.byref(handle))
-        if rc != 0:
-            for c in configs:
-                free(c)
-            log.info("LightGBM's single-row fast path could not be prepared (rc %s); using Booster.predict", rc)
+        handle = _init(b, n_features, api, C_API_PREDICT_NORMAL)
+        if handle is None:
+            _free_all(api[2], configs, boosters)
+            log.info("LightGBM's single-row fast path could not be prepared; using Booster.predict")
             return None
         configs.append(handle)
-    rows = FastRows(list(boosters), n_features, configs, predict)
-    weakref.finalize(rows, _free_all, free, configs, list(boosters))
+    rows = FastRows(list(boosters), n_features, configs, api[1])
+    weakref.finalize(rows, _free_all, api[2], configs, list(boosters))
+    return rows
+
+
+def _merged_rows(boosters: list, n_features: int, api) -> MergedRows | None:
+    import lightgbm
+    import numpy as np
+
+    texts = [b.model_to_string(num_iteration=b.best_iteration if b.best_iteration > 0 else -1) for b in boosters]
+    merged = merged_text(texts)
+    if merged is None:
+        return None
+    try:
+        booster = lightgbm.Booster(model_str=merged[0])
+    except lightgbm.basic.LightGBMError as exc:
+        log.info("The merged LightGBM model could not be read (%s); one fast call per model instead", exc)
+        return None
+    if booster.num_model_per_iteration() != len(boosters) or tree_problem(booster.model_to_string()) is not None:
+        return None
+    handle = _init(booster, n_features, api, C_API_PREDICT_RAW_SCORE)
+    if handle is None:
+        return None
+    rows = MergedRows(booster, n_features, handle, api[1], merged[1])
+    weakref.finalize(rows, _free_all, api[2], [handle], [booster])
+    probes = np.array([[0.0] * n_features, [math.nan] * n_features, [1.0] * n_features, [-1.0] * n_features])
+    want = np.column_stack([b.predict(probes, num_threads=1) for b in boosters])
+    if any(abs(g - w) > 1e-12 for row, wants in zip(probes, want) for g, w in zip(rows.predict(list(row)), wants)):
+        log.warning("The merged LightGBM model disagrees with Booster.predict; one fast call per model instead")
+        return None
     return rows
 
 

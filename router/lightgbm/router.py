@@ -24,6 +24,8 @@ class LightGBMRouter(Router):
     """`boosters` maps strategy -> lightgbm.Booster; strategies without a booster need a constant in
     `policy.params["constants"]` ({strategy: probability})."""
 
+    bounded_decision = True  # a walk of trees checked to be trees (trees.py): as many steps as the model has nodes
+
     def __init__(self, policy: Policy, boosters: dict | None = None):
         boosters = dict(boosters or {})
         constants = {s: float(v) for s, v in dict(policy.params.get("constants", {})).items()}
@@ -82,10 +84,13 @@ class LightGBMRouter(Router):
         return pd.DataFrame(out, index=features.index, columns=self.policy.strategies)
 
     def _proba_row(self, row: dict) -> dict[str, float]:
-        if self._fast is not None:  # one C call per booster (router/lightgbm/fast.py)
+        return self._proba_plan(row, self._decision_plan())
+
+    def _proba_plan(self, row: dict, plan) -> dict[str, float]:
+        if self._fast is not None:  # one C call for every booster (router/lightgbm/fast.py)
             try:
-                probs = self._fast.predict([row[f] for f in self.policy.features])  # ints and floats as they are
-            except TypeError:  # None, numeric strings, numpy integers: converted one by one
+                probs = self._fast.predict(plan.values(row))  # ints and floats as they are
+            except TypeError:  # None, numeric strings: converted one by one
                 probs = self._fast.predict(self._values(row))
             out = dict(zip(self._modelled, probs))
             if len(out) == len(self.policy.strategies):

@@ -73,3 +73,27 @@ def test_a_decision_error_is_raised_in_the_callers_thread():
     with pytest.raises(KeyError, match="boom"):
         deadline.call(lambda: {}["boom"])
     assert deadline.call(lambda: 7) == 7 and not deadline.stalled()
+
+
+def test_a_bounded_decision_runs_in_the_request_thread(tiny_pair, make_pipeline, images, tmp_path):
+    """LightGBM's checked trees and the fixed rules finish by construction: no worker thread handoff per request
+    (it cost more than the whole decision); any other router still decides under the deadline."""
+    from routed_helpers import save_prompt_router
+
+    from routedvlm.inference.routed import RoutedVLM
+    from routedvlm.router import load_router
+
+    router = load_router(save_prompt_router(tmp_path / "r"))
+    seen = []
+    decide = router.decide
+    router.decide = lambda features: seen.append(threading.current_thread()) or decide(features)
+    routed = RoutedVLM(make_pipeline(*tiny_pair), router, fallback="large_direct", decision_timeout=5)
+    out = routed.generate(image=images["wide"], question="Color?")
+    assert router.bounded_decision and out.strategy == "small_direct" and seen == [threading.current_thread()]
+    assert routed.runner.deadline._free.empty()  # no worker was ever started
+    release, calls = threading.Event(), []
+    release.set()
+    hanging = RoutedVLM(make_pipeline(*tiny_pair), hanging_router(release, calls), fallback="large_direct")
+    hanging.generate(image=images["wide"], question="Color?")
+    assert calls and not hanging.runner.router.bounded_decision
+    assert not hanging.runner.deadline._free.empty()  # its worker decided, then went back to the idle queue

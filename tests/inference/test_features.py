@@ -119,3 +119,25 @@ def test_prompt_features_reproduce_the_bundled_labels_exactly():
     got = pd.DataFrame([compute_features(s.question, [s.image], {}, names) for s in samples])
     for name in names:
         assert (got[name].to_numpy() == labels[name].to_numpy()).all(), name
+
+
+@pytest.mark.parametrize("mode,size", [("RGB", (640, 480)), ("RGB", (64, 64)), ("RGB", (65, 64)), ("RGB", (64, 200)),
+                                       ("RGB", (1, 300)), ("RGB", (300, 1)), ("RGBA", (90, 200)), ("L", (130, 7)),
+                                       ("P", (33, 65)), ("RGB", (20, 20)), ("RGB", (1921, 1079))])
+def test_the_thumbnail_equals_pillows_convert_then_thumbnail(mode, size, tmp_path):
+    """The features read an RGB image's thumbnail without copying it first; the pixels are Pillow's own, for images
+    in memory and for a file read lazily (JPEG, whose draft mode a converted copy never had)."""
+    import numpy as np
+
+    from routedvlm.inference.features import thumbnail
+
+    rng = np.random.default_rng(sum(size))
+    image = Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8), "RGB").convert(mode)
+    path = tmp_path / "x.jpg"
+    image.convert("RGB").save(path)
+    for im in (image, Image.open(path)):
+        want = im.convert("RGB")
+        want.thumbnail((64, 64))
+        got = thumbnail(im)
+        assert got.mode == "RGB" and got.size == want.size and got.tobytes() == want.tobytes()
+    assert image.size == size  # the caller's image is not changed

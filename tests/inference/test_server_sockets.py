@@ -172,7 +172,8 @@ def test_out_of_descriptors_logged_once_and_sigterm_stops_a_long_generation(tiny
     import httpx
 
     args = ["--small", tiny_pair[0].name, "--large", tiny_pair[1].name, "--router", "large_direct", "--log-level",
-            "warning", "--threads", "1", "--max-connections", "5000", "--shutdown-timeout", "1", *PIPE_FLAGS]
+            "warning", "--threads", "1", "--max-connections", "5000", "--max-connections-per-client", "0",
+            "--shutdown-timeout", "1", *PIPE_FLAGS]
     log = tmp_path / "server.log"
     with serve_process(args, log, preexec_fn=_limit_descriptors(256)) as (url, proc):
         port = int(url.rsplit(":", 1)[1])

@@ -112,6 +112,21 @@ def test_decisions_follow_policy_changes(lgbm_router, feature_table):
     assert router.decide(row) == router.decide_batch(feature_table.head(1))[0]
 
 
+def test_decisions_follow_policy_edits_made_in_place(lgbm_router, feature_table):
+    """decide() prepares the policy once; an edit inside one of its dicts or lists must still be seen."""
+    from routedvlm.router import LightGBMRouter
+
+    router = LightGBMRouter(Policy.from_dict(lgbm_router.policy.to_dict()), lgbm_router.boosters)
+    row = feature_table.iloc[0].to_dict()
+    router.decide(row)
+    router.policy.expected_cost_ms["large_direct"], router.policy.expected_cost_ms["large_reason"] = 1.0, 0.0
+    assert router.decide(row).strategy == "large_reason"  # P = 0.97 >= tau, now the cheapest
+    router.policy.rule.update({"name": "lagrangian", "param": 0.0})
+    router.policy.strategies.remove("large_reason")
+    assert router.decide(row) == router.decide_batch(feature_table.head(1))[0]
+    assert router.decide(row).reason == "argmax p-lambda*cost" and "large_reason" not in router.decide(row).p_correct
+
+
 def test_router_class_load(lgbm_router, tmp_path):
     from routedvlm.router import LightGBMRouter, Router
 

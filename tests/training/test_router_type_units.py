@@ -158,10 +158,11 @@ def test_the_name_check_finds_a_spelled_name():
 def test_the_demo_and_the_checkpoint_check_ask_the_registry(base_rate_type):
     from routedvlm.errors import ConfigError
     from routedvlm.router.router_types import is_rule
-    from routedvlm.training.demo.routers import DEFAULT_ROUTERS, parse_routers
+    from routedvlm.training.demo.routers import DEFAULT_ROUTERS, FULL_ROUTERS, parse_routers
     from routedvlm.training.demo.toy import DemoConfig
 
-    assert DEFAULT_ROUTERS == DemoConfig.routers == "lightgbm,lora-probe"  # what the demo trained before: in_demo
+    assert DEFAULT_ROUTERS == DemoConfig().routers == "lightgbm"  # demo_default: a run of minutes
+    assert FULL_ROUTERS == DemoConfig(full=True).routers == "lightgbm,lora-probe"  # in_demo: --full, --quick
     assert parse_routers("lora-probe, lightgbm") == ["lora-probe", "lightgbm"]
     with pytest.raises(ConfigError, match=r"^The `routers` setting must list router types from 'lightgbm' or "
                                           r"'lora-probe', comma-separated\. Got 'base-rate' instead\.$"):

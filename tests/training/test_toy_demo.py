@@ -109,6 +109,10 @@ def test_demo_config_needs_enough_label_samples_for_train_router():
     assert (DemoConfig().target_accuracy, quick.target_accuracy, quick.min_accuracy) == (0.95, 0.7, None)
     assert (DemoConfig(quick=True).n_label, DemoConfig(quick=True).n_eval) == (80, 24)
     assert (DemoConfig().n_label, DemoConfig().n_eval) == (1000, 150)
+    # the default run trains LightGBM only (minutes); --full keeps the old run's LoRA probes, --quick tests them in CI
+    assert (DemoConfig().routers, DemoConfig(full=True).routers, quick.routers) == (
+        "lightgbm", "lightgbm,lora-probe", "lightgbm,lora-probe")
+    assert DemoConfig(routers="lora-probe", full=True).routers == "lora-probe"
 
 
 def test_missing_checkpoints_name_the_folder_and_the_next_step(tmp_path):

@@ -20,9 +20,9 @@ import textwrap
 import time
 
 EPILOG = """examples:
-  routedvlm demo                        # toy world: trains on the bundled 1000 labels, labels 150 eval samples
-  routedvlm demo --full                 # labels the 1000 `label` samples again first (about 7 minutes more)
-  routedvlm demo --routers lightgbm     # only the LightGBM router (both modes): no probe training
+  routedvlm demo                        # toy world: LightGBM on the bundled 1000 labels, labels 150 eval samples
+  routedvlm demo --full                 # labels the 1000 `label` samples again, also trains the LoRA probe
+  routedvlm demo --routers lightgbm,lora-probe   # the bundled labels, both router types (both modes each)
   routedvlm demo --quick --out /tmp/d   # a few dozen samples each (CI)
   routedvlm demo --cost profile.json --out runs/demo-2b8b   # toy effects priced at the profiled 2B/8B costs
   routedvlm demo --random --workdir /tmp/routedvlm-demo --arch qwen3_vl

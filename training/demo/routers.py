@@ -1,5 +1,5 @@
-"""The demo's router choice: train every router type named (default: the types the registry marks `in_demo`, LightGBM
-and the LoRA probe) in both modes on the demo labels, log and register them all, and promote the one with the best
+"""The demo's router choice: train every router type named (default: the types the registry marks `demo_default`,
+LightGBM; with --full or --quick those it marks `in_demo`, LightGBM and the LoRA probe) in both modes on the demo labels, log and register them all, and promote the one with the best
 certified utility to `champion`.
 
 Each router is certified at delta / (number of routers) (`delta_each`); the champion is chosen among them, so what
@@ -17,7 +17,8 @@ from pathlib import Path
 from routedvlm.errors import ConfigError, RouterError, one_of
 from routedvlm.router.router_types import type_facts, with_fact
 
-DEFAULT_ROUTERS = ",".join(with_fact("in_demo"))
+DEFAULT_ROUTERS = ",".join(with_fact("demo_default"))  # the default run, minutes: LightGBM
+FULL_ROUTERS = ",".join(with_fact("in_demo"))  # --full and --quick: LightGBM and the LoRA probe
 MODES = (("cascade", True), ("one-shot", False))  # (mode, with_small_direct): for a type sharing small_direct's prefill
 
 

@@ -19,7 +19,7 @@ from routedvlm.errors import ConfigError, RouterError
 from routedvlm.router.checkpoints import portable_path
 from routedvlm.router.strategies import LARGE_REASON
 
-from .routers import DEFAULT_ROUTERS
+from .routers import DEFAULT_ROUTERS, FULL_ROUTERS
 from .label_source import BUNDLED_N_LABEL, _fresh, label_split  # noqa: F401 - _fresh, label_split: used by ladder.py too
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,8 @@ DEFAULT_N_LABEL, DEFAULT_N_EVAL = BUNDLED_N_LABEL, 150  # 1000: 250 calibration 
 MIN_N_LABEL = 80  # train-router's minimum split sizes (40/20/20) at the demo's 25 % calibration / 25 % test shares
 SPLIT_SHARE = 0.25
 MV_KEEP_TOKENS = 16  # the toy K grid's largest K (traces are ~24 tokens)
-DEFAULT_TARGET, QUICK_TARGET = 0.95, 0.7  # --quick: 20 calibration rows certify 0.7 of the best, not 0.95
+DEFAULT_TARGET, QUICK_TARGET = 0.95, 0.7
+# --quick: 20 calibration rows certify 0.7 of the best, not 0.95
 
 
 def _f(default, help: str):
@@ -53,8 +54,9 @@ class DemoConfig:
                                              "more calibration rows than the demo labels)")
     min_accuracy: float | None = _f(None, "absolute accuracy target instead")
     delta: float = _f(0.1, "Learn-then-Test level of the champion's certificate (each router gets delta / routers)")
-    routers: str = _f(DEFAULT_ROUTERS, "router types to train, each in cascade and one-shot mode; the best "
-                                             "certified utility becomes champion")
+    routers: str | None = _f(None, "router types to train, each in cascade and one-shot mode; the best certified "
+                                   f"utility becomes champion (default {DEFAULT_ROUTERS!r}: the LoRA probes are most of "
+                                   f"a run's CPU; with --full or --quick {FULL_ROUTERS!r})")
     live_mutual_verification: bool = _f(True, "also run mutual verification live through RoutedVLM")
     seed: int = _f(0, "seed of the toy splits and of train-router")
     cost: str | None = _f(None, "profile.json (e.g. of the qwen3-vl-2b/-8b shapes, `routedvlm profile --shape`): price "
@@ -62,8 +64,9 @@ class DemoConfig:
                                 "(simulated economics, real accuracy effects)")
     progress: bool = _f(True, "progress bars on stderr")
     full: bool = _f(False, f"label the {DEFAULT_N_LABEL} toy `label` samples again instead of training on the bundled "
-                           "labels (data/toyworld/labels.parquet: the same samples, labeller and shipped pair); "
-                           "about 7 minutes more on a quiet 2-core machine")
+                           "labels (data/toyworld/labels.parquet: the same samples, labeller and shipped pair) and "
+                           f"train {FULL_ROUTERS!r} (the run before the default was shortened); about 12 minutes more "
+                           "on a quiet 2-core machine")
 
     def __post_init__(self):
         self.n_label = self.n_label if self.n_label is not None else (QUICK_N_LABEL if self.quick else DEFAULT_N_LABEL)
@@ -85,6 +88,8 @@ class DemoConfig:
             raise ConfigError(f"The `delta` setting must be in (0, 1). Got {self.delta!r} instead.")
         from .routers import parse_routers
 
+        if self.routers is None:
+            self.routers = FULL_ROUTERS if self.full or self.quick else DEFAULT_ROUTERS
         parse_routers(self.routers)
         if self.n_eval < 1:
             raise ConfigError(f"The `n_eval` setting must be a positive number of samples. Got {self.n_eval!r} instead.")

@@ -42,6 +42,35 @@ def test_fast_path_equals_booster_predict_on_random_rows(lgbm_router, feature_ta
     _assert_same(lgbm_router, np.vstack([rows, wild]))
 
 
+def test_every_booster_is_scored_by_one_merged_model(lgbm_router):
+    assert isinstance(lgbm_router._fast, fast.MergedRows)
+    assert lgbm_router._fast.booster.num_model_per_iteration() == len(lgbm_router.boosters)
+
+
+def test_a_model_of_another_objective_gets_one_fast_call_per_booster(lgbm_router, feature_table):
+    """Only binary models are merged (their sigmoid is applied outside LightGBM); cross-entropy ones are not."""
+    x = feature_table.to_numpy(dtype=float)
+    y = (x[:, 1] > 0.5).astype(float)
+    xent = lightgbm.train({"objective": "cross_entropy", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5},
+                          lightgbm.Dataset(x, y), num_boost_round=10)
+    router = LightGBMRouter(lgbm_router.policy, {**lgbm_router.boosters, "transfer_16": xent})
+    assert isinstance(router._fast, fast.FastRows)
+    _assert_same(router, x)
+
+
+def test_a_raw_score_past_exp_overflow_gives_what_lightgbm_gives(lgbm_router, feature_table):
+    """LightGBM's C exp returns inf for a huge raw score (probability 0.0); Python's math.exp raises instead."""
+    text = re.sub(r"\ntree_sizes=[^\n]*", "", lgbm_router.boosters["large_direct"].model_to_string())  # sizes change
+    huge = re.sub(r"(Tree=0\n(?:.*\n)*?leaf_value=)([^\n]*)", lambda m: m[1] + " ".join(["-900"] * len(m[2].split())),
+                  text, count=1)
+    booster = lightgbm.Booster(model_str=huge)
+    router = LightGBMRouter(lgbm_router.policy, {**lgbm_router.boosters, "large_direct": booster})
+    assert isinstance(router._fast, fast.MergedRows)
+    rows = feature_table.to_numpy(dtype=float)[:20]
+    assert (booster.predict(rows) == 0.0).all()
+    _assert_same(router, rows)
+
+
 def test_fast_path_honours_best_iteration(feature_table):
     x = feature_table.to_numpy(dtype=float)
     y = (x[:, 1] > 0.5).astype(int)

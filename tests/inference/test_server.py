@@ -393,7 +393,9 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
         plain = http.post("/v1/chat/completions", json={"model": "small", "messages": user(images["square"], "Color?")})
     assert ok.status_code == 200 and ok.headers["x-routedvlm-strategy"] == "large_direct"
     assert all(r["remote"] for r in ok.json()["routedvlm"]["trace"] if r["model"])
-    assert plain.status_code == 400 and plain.json()["error"]["code"] == "model_is_remote"
+    assert plain.status_code == 200 and plain.headers["x-routedvlm-answer-model"] == "small"  # forwarded to the server
+    msg = plain.json()["choices"][0]["message"]
+    assert msg["reasoning"] or msg["content"]  # thinking is on unless switched off
     with pytest.raises(ConfigError, match=r"^A remote model must be given as '<base_url>#<model id>'"):
         RoutedVLM.from_pretrained(url, f"{url}#large", "large_direct")
 

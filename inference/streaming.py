@@ -2,10 +2,11 @@
 
 The pipeline marks the calls that produce a strategy's final answer (`answer_segment`); while a sink is active
 in the current context (`active(sink)`, set by RoutedVLM after the route is decided), `timed_generate` hands
-those calls a transformers streamer. The sink turns token ids into text deltas with the same function that
+those calls a transformers streamer (an HTTP side feeds it the upstream server's streamed token strings instead,
+`sides/http/sse.py`). The sink turns token ids into text deltas with the same function that
 makes the final answer (`ModelSide.answer_text`), holding back what a later token could still change (a partial UTF-8
-character, a partial `<think>` tag), so the deltas concatenate to the non-streamed answer. Remote (HTTP)
-models do not stream here: their answer arrives in one delta.
+character, a partial `<think>` tag), so the deltas concatenate to the non-streamed answer. The in-process vLLM engine side does not stream (docs/serve.md):
+its answer arrives in one delta.
 """
 from __future__ import annotations
 
@@ -91,7 +92,14 @@ class _Streamer:
         if not self.prompt_seen:
             self.prompt_seen = True
             return
-        self.ids.extend(int(t) for t in value.reshape(-1).tolist())
+        self.feed([int(t) for t in value.reshape(-1).tolist()])
+
+    def feed(self, tokens: list) -> None:
+        """New output tokens: ids from a local generate call, token strings from an HTTP side's stream."""
+        sink = self.segment.sink
+        if sink.cancelled:
+            raise StreamCancelled("the client of this streamed request disconnected")
+        self.ids.extend(tokens)
         ids = capped_ids(self.segment.vlm, self.ids, self.kind, sink.max_tokens)  # reasoning does not eat max_tokens
         sink.offer(_stable(self.segment.vlm.answer_text(ids, self.kind), self.segment.markers))
 

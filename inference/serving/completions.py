@@ -221,7 +221,7 @@ def raw_completion(routed, req: ChatRequest, min_new_tokens: int, streamer=None)
 
 
 def _token(side, tid) -> dict:
-    text = side.tokenizer.decode([int(tid)])
+    text = tid if isinstance(tid, str) else side.tokenizer.decode([int(tid)])  # an HTTP side's tokens are strings
     return {"token": text, "bytes": list(text.encode("utf-8"))}
 
 

@@ -58,7 +58,12 @@ class PlainStreamer:
         if self.prompt_tokens is None:
             self.prompt_tokens = int(value.reshape(-1).shape[0])
             return
-        new = [int(t) for t in value.reshape(-1).tolist()]
+        self.feed([int(t) for t in value.reshape(-1).tolist()])
+
+    def feed(self, new: list) -> None:
+        """New output tokens: ids from a local generate call, token strings from an HTTP side's stream."""
+        if self.cancelled:
+            raise StreamCancelled("the client of this streamed request disconnected")
         self.ids.extend(new)
         self.emit({k: _stable(v, self.markers) for k, v in self.texts(self.ids).items()}, len(new))
 

@@ -397,7 +397,6 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
         plain = [http.post(route, json=body) for route, body in (("/v1/chat/completions", chat), ("/v1/completions", text),
                                                                  ("/v1/chat/completions", think))]
         streamed = http.post("/v1/completions", json={**text, "stream": True})
-        no_logprobs = http.post("/v1/chat/completions", json={**chat, "logprobs": True})
     assert ok.status_code == 200 and ok.headers["x-routedvlm-strategy"] == "large_direct"
     assert all(r["remote"] for r in ok.json()["routedvlm"]["trace"] if r["model"])
     # the plain models pass through: one call of the backend, the same answer and token counts as asking it directly
@@ -413,9 +412,6 @@ def test_serve_in_front_of_openai_compatible_servers(server, images, monkeypatch
         assert out["usage"]["completion_tokens"] == ref["usage"]["completion_tokens"]
         assert out["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
         assert out["choices"][0]["finish_reason"] == ref["choices"][0]["finish_reason"]
-    assert think_out["usage"]["completion_tokens_details"]["reasoning_tokens"] == \
-        think_ref["usage"]["completion_tokens_details"]["reasoning_tokens"]
-    assert no_logprobs.status_code == 400 and no_logprobs.json()["error"]["param"] == "logprobs"  # none, not an empty list
     events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
     assert streamed.status_code == 200 and "".join(e["choices"][0]["text"] for e in events if e["choices"]) == \
         text_ref["choices"][0]["text"]

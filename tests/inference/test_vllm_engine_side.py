@@ -272,3 +272,62 @@ def test_priced_labelling_sends_only_the_works_requests_with_the_same_answers_an
     assert p_answers == answers and p_tokens == tokens
     reused = [c for t in p_tokens.values() for stage, _, c in t if stage == "large_transfer"]
     assert reused and all(c > 0 for c in reused)
+
+
+class TokenLLM:
+    """enqueue/step like vllm.LLM with its default cumulative outputs: one more token per step, finished at `n`."""
+
+    def __init__(self, n=5):
+        self.n, self.steps, self.running, self.aborted = n, 0, {}, []
+        self.llm_engine = self
+
+    def enqueue(self, prompts, params, use_tqdm=False):
+        for i, _ in enumerate(prompts):
+            self.running[str(i)] = []
+        return [f"{i}-abcdefgh" for i in range(len(prompts))]
+
+    def step(self):
+        self.steps += 1
+        outs = []
+        for rid, ids in list(self.running.items()):
+            ids.append(100 + len(ids))
+            done = len(ids) == self.n
+            outs.append(SimpleNamespace(request_id=rid, finished=done, outputs=[SimpleNamespace(token_ids=list(ids))]))
+            if done:
+                del self.running[rid]
+        return outs
+
+    def abort_request(self, ids):
+        self.aborted.extend(ids)
+        for rid in ids:
+            self.running.pop(rid.rsplit("-", 1)[0], None)
+
+
+def test_driver_streams_each_steps_new_tokens_before_the_request_finishes():
+    from routedvlm.inference.sides.vllm.driver import EngineDriver
+
+    llm = TokenLLM(n=5)
+    driver = EngineDriver(llm, name="fake")
+    seen = []
+    out = driver.submit("p", None, on_tokens=lambda new: seen.append((llm.steps, new))).result(timeout=10)
+    driver.close()
+    assert [new for _, new in seen] == [[100], [101], [102], [103], [104]]  # one delta per decoded token, in order
+    assert seen[0][0] == 1 < llm.n  # the first token went out after the first step, four steps before the last
+    assert list(out.outputs[0].token_ids) == [100, 101, 102, 103, 104]
+
+
+def test_a_stream_whose_client_left_aborts_its_engine_request():
+    from routedvlm.inference.sides.vllm.driver import EngineDriver
+    from routedvlm.inference.streaming import StreamCancelled
+
+    llm = TokenLLM(n=50)
+    driver = EngineDriver(llm, name="fake")
+
+    def gone(new):
+        if new[0] >= 102:
+            raise StreamCancelled("the client of this streamed request disconnected")
+
+    with pytest.raises(StreamCancelled):
+        driver.submit("p", None, on_tokens=gone).result(timeout=10)
+    assert llm.aborted == ["0-abcdefgh"] and llm.steps < 50
+    driver.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 import uuid
 
@@ -41,23 +40,55 @@ class ChatClient:
                path: str = "/chat/completions") -> dict:
         """The JSON response of one chat completion (`headers`: more request headers; `path`: another POST route, e.g.
         "/completions"); raises BackendError after the retries are spent."""
+        def read(resp, rid: str, attempt: int) -> dict:
+            try:
+                resp.read()
+                return resp.json()
+            except ValueError:
+                raise self._error(what, rid, "the response is not JSON", attempt) from None
+
+        return self._send(body, what, headers, read, path=path)
+
+    def stream(self, body: dict, on_tokens, *, what: str = "chat completion", headers: dict | None = None) -> dict:
+        """One chat completion sent with `stream: true`: `on_tokens(token strings)` is called as each chunk arrives
+        (sse.py), and the reply is returned in the shape `create` returns. A failure before the first token is retried
+        like `create`; after it, the tokens already handed on cannot be taken back, so it raises at once."""
+        from .sse import ReplyBuilder, events
+
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+        def read(resp, rid: str, attempt: int) -> dict:
+            builder = ReplyBuilder()
+            for chunk in events(resp.iter_lines()):
+                if chunk.get("error"):
+                    raise self._error(what, rid, f"error event in the stream: {_message(chunk['error'])}", attempt)
+                tokens = builder.add(chunk)
+                if tokens:
+                    state["started"] = True
+                    on_tokens(tokens)
+            return builder.response()
+
+        state = {"started": False}
+        return self._send(body, what, headers, read, state=state)
+
+    def _send(self, body: dict, what: str, headers, read, state: dict | None = None,
+              path: str = "/chat/completions") -> dict:
+        """POST /chat/completions with retries (module docstring); `read(resp, rid, attempt)` turns a 200 into the reply."""
         import httpx
 
         url, rid = f"{self.base_url}{path}", f"routedvlm-{uuid.uuid4().hex[:12]}"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
-                resp = self._http.post(url, json=body, headers={**(headers or {}), "x-request-id": rid})
+                with self._http.stream("POST", url, json=body, headers={**(headers or {}), "x-request-id": rid}) as resp:
+                    if resp.status_code == 200:
+                        return read(resp, rid, attempt)
+                    resp.read()
             except (httpx.TimeoutException, httpx.TransportError) as exc:
-                if last:
+                if last or (state or {}).get("started"):
                     raise self._error(what, rid, f"{type(exc).__name__}: {exc}", attempt, SideUnavailableError) from None
                 self._sleep(attempt, None, what, type(exc).__name__)
                 continue
-            if resp.status_code == 200:
-                try:
-                    return resp.json()
-                except ValueError:
-                    raise self._error(what, rid, "the response is not JSON", attempt) from None
             if resp.status_code not in RETRY_STATUS or last:
                 kind = SideUnavailableError if resp.status_code in RETRY_STATUS else BackendError
                 raise self._error(what, rid, f"HTTP {resp.status_code}: {_server_message(resp)}", attempt, kind)
@@ -93,6 +124,10 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _message(err) -> str:
+    return err.get("message", str(err)) if isinstance(err, dict) else str(err)
 
 
 def _server_message(resp) -> str:

